@@ -1,0 +1,68 @@
+"""The plugin contract: the hooks a phalanx plugin may implement.
+
+A plugin is a module named by an entry point of the ``phalanx`` group. It implements any of these
+hooks with ``@phalanx.hookimpl``. Registration hooks receive a :class:`~phalanx.registry.Registry`
+and return nothing; they must not import torch or any heavy library, because listing runs them.
+Decision hooks are ``firstresult``: the first plugin that answers (not ``None``) decides, and the
+core's built-in plugin answers last, so an installed plugin can refine every "auto" choice.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from phalanx.registry import Registry
+
+__all__ = ["hookspec"]
+
+hookspec = pluggy.HookspecMarker("phalanx")
+
+
+@hookspec
+def phalanx_register_strategies(registry: Registry) -> None:
+    """Register strategy names, e.g. ``registry.register("ddp", "pkg.strategy:DDPStrategy")``."""
+
+
+@hookspec
+def phalanx_register_accelerators(registry: Registry) -> None:
+    """Register accelerator names (``"cpu"``, ``"cuda"``, ``"xla"`` ...)."""
+
+
+@hookspec
+def phalanx_register_precisions(registry: Registry) -> None:
+    """Register precision names (``"32-true"``, ``"bf16-mixed"`` ...)."""
+
+
+@hookspec
+def phalanx_register_checkpoint_io(registry: Registry) -> None:
+    """Register checkpoint IO names (``"torch"``, ``"async"`` ...)."""
+
+
+@hookspec
+def phalanx_register_cluster_environments(registry: Registry) -> None:
+    """Register cluster environments; the built-in detector tries each one's ``detect()``."""
+
+
+@hookspec(firstresult=True)
+def phalanx_select_accelerator() -> str | None:
+    """Name the accelerator that ``accelerator="auto"`` means here, or ``None`` to pass."""
+
+
+@hookspec(firstresult=True)
+def phalanx_select_strategy(accelerator: str, num_devices: int, num_nodes: int, interactive: bool) -> str | None:
+    """Name the strategy that ``strategy="auto"`` means for this setup, or ``None`` to pass.
+
+    Args:
+        accelerator: The resolved accelerator name.
+        num_devices: Devices per node.
+        num_nodes: Number of nodes.
+        interactive: True in a notebook or an interactive interpreter, where scripts cannot be re-run.
+    """
+
+
+@hookspec(firstresult=True)
+def phalanx_detect_cluster_environment() -> str | None:
+    """Name the registered cluster environment this process runs in, or ``None`` to pass."""

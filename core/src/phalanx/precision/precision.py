@@ -1,0 +1,214 @@
+"""The Precision base class, which is also the default ``"32-true"`` precision.
+
+A precision owns everything about numeric formats: how the module and inputs are cast, the
+autocast region around forward, how the loss is backpropagated (loss scaling) and how the
+optimizer steps (unscaling, skipping steps with inf gradients). Strategies never touch dtypes
+themselves; they call these hooks, so any strategy works with any precision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from functools import partial
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+
+from phalanx._collections import apply_to_collection
+from phalanx.errors import MisconfigurationError
+
+__all__ = ["Precision"]
+
+_CLIP_ALGORITHMS = ("norm", "value")
+
+
+@contextmanager
+def _default_dtype(dtype: torch.dtype) -> Generator[None, None, None]:
+    """Temporarily make ``dtype`` torch's default float type, restoring the previous one."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def _cast_floats(data: Any, dtype: torch.dtype) -> Any:
+    """Cast floating-point tensors in ``data`` to ``dtype``; integer tensors (labels, ids) stay."""
+
+    def cast(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.to(dtype) if torch.is_floating_point(tensor) else tensor
+
+    return apply_to_collection(data, torch.Tensor, cast)
+
+
+def _optimizer_params(optimizer: Optimizer) -> list[torch.Tensor]:
+    return [param for group in optimizer.param_groups for param in group["params"]]
+
+
+def _trainer_of(model: Any) -> Any:
+    """The Trainer attached to ``model``, or None when there is none (or it is not attached yet)."""
+    try:
+        return getattr(model, "trainer", None)
+    except RuntimeError:  # a Module may refuse access to ``trainer`` before it is attached
+        return None
+
+
+class Precision:
+    """Full 32-bit precision; the base every other precision overrides.
+
+    Every hook here is a pass-through, so ``Precision()`` trains exactly like plain PyTorch. Inputs
+    are left untouched (as in Lightning): the data is assumed to already be float32, and silently
+    down-casting a user's float64 data would hide a real mismatch.
+    """
+
+    #: Canonical precision name, as accepted by ``Trainer(precision=...)``.
+    precision: str = "32-true"
+
+    def setup(self, device: torch.device) -> None:  # noqa: B027 - optional hook
+        """Learn the device the strategy will run on (autocast needs its type). No-op here."""
+
+    def convert_module(self, module: nn.Module) -> nn.Module:
+        """Cast the module's parameters and buffers to this precision; unchanged here."""
+        return module
+
+    def convert_input(self, data: Any) -> Any:
+        """Cast the floating-point tensors of a batch to this precision; unchanged here."""
+        return data
+
+    def tensor_init_context(self) -> AbstractContextManager[None]:
+        """Context in which new tensors are created with this precision's dtype."""
+        return nullcontext()
+
+    def module_init_context(self) -> AbstractContextManager[None]:
+        """Context in which a module is instantiated; defaults to :meth:`tensor_init_context`."""
+        return self.tensor_init_context()
+
+    def forward_context(self) -> AbstractContextManager[Any]:
+        """Context around every forward pass (autocast for mixed precision)."""
+        return nullcontext()
+
+    def train_step_context(self) -> AbstractContextManager[Any]:
+        """Context around ``training_step``; the forward context unless a precision needs more."""
+        return self.forward_context()
+
+    def val_step_context(self) -> AbstractContextManager[Any]:
+        """Context around ``validation_step``."""
+        return self.forward_context()
+
+    def test_step_context(self) -> AbstractContextManager[Any]:
+        """Context around ``test_step``."""
+        return self.forward_context()
+
+    def predict_step_context(self) -> AbstractContextManager[Any]:
+        """Context around ``predict_step``."""
+        return self.forward_context()
+
+    def connect(self, model: nn.Module, optimizers: list[Optimizer]) -> tuple[nn.Module, list[Optimizer]]:
+        """Let the precision wrap the model or optimizers (e.g. a library's own AMP); identity here."""
+        return model, optimizers
+
+    def pre_backward(self, tensor: torch.Tensor, module: nn.Module | None) -> torch.Tensor:
+        """Runs before backward; returns the loss to backpropagate."""
+        return tensor
+
+    def backward(
+        self,
+        tensor: torch.Tensor,
+        model: nn.Module | None,
+        optimizer: Optimizer | None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
+        """Backpropagate ``tensor``; ``args``/``kwargs`` go to ``Tensor.backward``."""
+        tensor.backward(*args, **kwargs)
+
+    def post_backward(self, tensor: torch.Tensor, module: nn.Module | None) -> torch.Tensor:
+        """Runs after backward; returns the (unscaled) loss."""
+        return tensor
+
+    def _after_closure(self, model: Any, optimizer: Optimizer) -> None:
+        """Give the Trainer its slot between gradients being ready and the optimizer stepping.
+
+        The Trainer runs ``on_before_optimizer_step`` and gradient clipping there. It lives on the
+        Trainer (reached through ``model.trainer``) because only the Trainer knows the callbacks and
+        the clipping settings; a model without a trainer (manual use) simply has no such step.
+        """
+        trainer = _trainer_of(model)
+        hook = getattr(trainer, "_before_optimizer_step", None) if trainer is not None else None
+        if callable(hook):
+            hook(optimizer)
+
+    def _wrap_closure(self, model: Any, optimizer: Optimizer, closure: Callable[[], Any]) -> Any:
+        closure_result = closure()
+        self._after_closure(model, optimizer)
+        return closure_result
+
+    def optimizer_step(
+        self,
+        optimizer: Optimizer,
+        model: Any,
+        closure: Callable[[], Any],
+        **kwargs: Any,
+    ) -> Any:
+        """Run the closure (forward + backward), the Trainer's pre-step work, then the step.
+
+        The closure is handed to ``optimizer.step`` wrapped, so optimizers that evaluate it several
+        times (LBFGS) work, and clipping sees each evaluation's gradients.
+
+        Returns:
+            What ``optimizer.step`` returns: for torch's optimizers, the closure's result.
+        """
+        return optimizer.step(closure=partial(self._wrap_closure, model, optimizer, closure), **kwargs)
+
+    def unscale_gradients(self, optimizer: Optimizer) -> None:  # noqa: B027 - optional hook
+        """Bring gradients back to their true scale before they are inspected; no-op without scaling."""
+
+    def clip_gradients(
+        self,
+        optimizer: Optimizer,
+        clip_val: float | None = None,
+        gradient_clip_algorithm: str = "norm",
+    ) -> None:
+        """Clip the gradients of every parameter ``optimizer`` updates.
+
+        Args:
+            optimizer: Whose parameters' gradients are clipped.
+            clip_val: The maximum norm (``"norm"``) or absolute value (``"value"``); ``None`` or a
+                value <= 0 disables clipping, matching ``Trainer(gradient_clip_val=None)``.
+            gradient_clip_algorithm: ``"norm"`` (``clip_grad_norm_``) or ``"value"``
+                (``clip_grad_value_``).
+
+        Raises:
+            MisconfigurationError: Unknown algorithm.
+        """
+        algorithm = str(getattr(gradient_clip_algorithm, "value", gradient_clip_algorithm)).lower()
+        if algorithm not in _CLIP_ALGORITHMS:
+            msg = (
+                f"gradient_clip_algorithm={gradient_clip_algorithm!r} is not supported; valid values "
+                f"are {list(_CLIP_ALGORITHMS)}. Pass gradient_clip_algorithm='norm' or 'value'."
+            )
+            raise MisconfigurationError(msg)
+        if clip_val is None or clip_val <= 0:
+            return
+        params = _optimizer_params(optimizer)
+        if algorithm == "norm":
+            torch.nn.utils.clip_grad_norm_(params, clip_val)
+        else:
+            torch.nn.utils.clip_grad_value_(params, clip_val)
+
+    def state_dict(self) -> dict[str, Any]:
+        """State to store in checkpoints (a loss scaler's); empty here."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Restore what :meth:`state_dict` returned."""
+
+    def teardown(self) -> None:  # noqa: B027 - optional hook
+        """Release resources at the end of a run."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(precision={self.precision!r})"

@@ -1,0 +1,322 @@
+"""Name -> component registries, filled lazily by plugins.
+
+A registry maps a user-facing name (``"ddp"``, ``"bf16-mixed"``) to an entry: the target class or a
+lazy ``"module:Attr"`` string, a description, default init parameters and the requirements that must
+be installed. Listing never imports a target, so ``phalanx strategies`` stays fast and torch-free;
+the import happens in :meth:`Registry.get_class` when a name is actually used.
+
+The five global registries load the installed plugins the first time they are read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import importlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from phalanx import _metadata
+from phalanx._hints import install_hint, providing_distribution
+from phalanx.errors import MisconfigurationError, PluginUnavailableError, UnknownNameError, closest_match
+
+__all__ = [
+    "AcceleratorRegistry",
+    "CheckpointIORegistry",
+    "ClusterEnvironmentRegistry",
+    "PluginSource",
+    "PrecisionRegistry",
+    "Registry",
+    "RegistryEntry",
+    "StrategyRegistry",
+    "registering_as",
+]
+
+
+@dataclass(frozen=True)
+class PluginSource:
+    """Who registered an entry: a plugin's entry point and its distribution."""
+
+    plugin: str
+    distribution: str | None = None
+    version: str | None = None
+
+
+_USER = PluginSource(plugin="<runtime>")
+_current_source: contextvars.ContextVar[PluginSource] = contextvars.ContextVar("phalanx_source", default=_USER)
+
+
+@contextlib.contextmanager
+def registering_as(source: PluginSource) -> Iterator[None]:
+    """Attribute every registration made inside the block to ``source`` (used during discovery)."""
+    token = _current_source.set(source)
+    try:
+        yield
+    finally:
+        _current_source.reset(token)
+
+
+@dataclass(frozen=True)
+class RegistryEntry:
+    """One registered name. Holds no imported object unless registered with a class."""
+
+    name: str
+    target: type | str
+    description: str
+    init_params: Mapping[str, Any]
+    requires: tuple[str, ...]
+    source: PluginSource
+    conflicts: tuple[PluginSource, ...] = field(default=())
+
+    @property
+    def target_path(self) -> str:
+        """The target as ``"module:Attr"`` whether it was given as a class or a string."""
+        if isinstance(self.target, str):
+            return self.target
+        return f"{self.target.__module__}:{self.target.__qualname__}"
+
+    def unavailable_reason(self) -> str | None:
+        """Why this entry cannot be used here, judged from installed metadata only (no import)."""
+        if self.conflicts:
+            owners = " and ".join(_describe(s) for s in (self.source, *self.conflicts))
+            blocked = ",".join(s.plugin for s in self.conflicts)
+            return (
+                f"the name {self.name!r} is registered by both {owners}; uninstall one of them or block one with "
+                f"PHALANX_DISABLE_PLUGINS={blocked}"
+            )
+        for requirement in self.requires:
+            problem = requirement_problem(requirement)
+            if problem is not None:
+                return problem
+        return None
+
+    @property
+    def available(self) -> bool:
+        """True when :meth:`unavailable_reason` finds nothing wrong."""
+        return self.unavailable_reason() is None
+
+
+def _describe(source: PluginSource) -> str:
+    if source.distribution:
+        return f"plugin {source.plugin!r} ({source.distribution} {source.version or ''})".replace(" )", ")")
+    return f"plugin {source.plugin!r}"
+
+
+def requirement_problem(requirement: str) -> str | None:
+    """Check one PEP 508 requirement against installed metadata; return the problem or ``None``."""
+    from packaging.requirements import Requirement
+
+    req = Requirement(requirement)
+    if req.marker is not None and not req.marker.evaluate():
+        return None
+    installed = _metadata.version(req.name)
+    if installed is None:
+        return f"requires {requirement}, which is not installed; fix: pip install '{requirement}'"
+    if req.specifier and not req.specifier.contains(installed, prereleases=True):
+        return f"requires {requirement} but {req.name} {installed} is installed; fix: pip install '{requirement}'"
+    return None
+
+
+class Registry:
+    """A mapping of names to lazily imported components of one kind.
+
+    Args:
+        kind: What the registry holds, in words ("strategy"), used in messages.
+        loader: Called once before the first read; the global registries load the plugins here.
+    """
+
+    def __init__(self, kind: str, loader: Callable[[], None] | None = None) -> None:
+        self.kind = kind
+        self._entries: dict[str, RegistryEntry] = {}
+        self._loader = loader
+        self._loaded = loader is None
+
+    # -- writing -----------------------------------------------------------------------------
+    def register(
+        self,
+        name: str,
+        target: type | str | None = None,
+        description: str | None = None,
+        override: bool = False,
+        *,
+        requires: tuple[str, ...] | list[str] | str = (),
+        **init_params: Any,
+    ) -> Any:
+        """Register ``name`` -> ``target`` (a class or ``"module:Attr"``), or decorate a class.
+
+        Matches Lightning's ``StrategyRegistry.register(name, strategy, description=None,
+        override=False, **init_params)``; ``requires`` adds PEP 508 requirements judged from
+        installed metadata. Inside plugin discovery a second owner of a name is recorded as a
+        conflict instead of raising, so one bad plugin cannot break the others.
+        """
+        if target is None:
+
+            def decorator(cls: type) -> type:
+                self.register(name, cls, description, override, requires=requires, **init_params)
+                return cls
+
+            return decorator
+        if not isinstance(name, str) or not name:
+            msg = f"A {self.kind} name must be a non-empty string, got {name!r}; pass e.g. register('my_{self.kind}', ...)"
+            raise MisconfigurationError(msg)
+        if not isinstance(target, (str, type)):
+            msg = (
+                f"The target of {self.kind} {name!r} must be a class or a 'module:Attr' string, got "
+                f"{type(target).__name__}; pass the class itself, not an instance"
+            )
+            raise MisconfigurationError(msg)
+        if isinstance(target, str) and ":" not in target:
+            msg = f"The target {target!r} of {self.kind} {name!r} is not of the form 'module:Attr'; e.g. 'my_pkg.strategy:MyStrategy'"
+            raise MisconfigurationError(msg)
+        requires_tuple = (requires,) if isinstance(requires, str) else tuple(requires)
+        source = _current_source.get()
+        if source is _USER:
+            self._ensure_loaded()  # a runtime name must see (and not be clobbered by) the plugins' names
+        existing = self._entries.get(name)
+        if existing is not None and not override:
+            if source is not _USER and existing.source is not _USER:
+                self._entries[name] = _replace(existing, conflicts=(*existing.conflicts, source))
+                return target
+            msg = (
+                f"The {self.kind} name {name!r} is already registered by {_describe(existing.source)} "
+                f"(target {existing.target_path}); pass override=True to replace it or pick another name"
+            )
+            raise MisconfigurationError(msg)
+        doc = description if description is not None else _first_doc_line(target)
+        self._entries[name] = RegistryEntry(name, target, doc, dict(init_params), requires_tuple, source)
+        return target
+
+    def remove(self, name: str) -> None:
+        """Forget ``name``; unknown names raise like :meth:`get`."""
+        self._ensure_loaded()
+        self.entry(name)
+        del self._entries[name]
+
+    def _remove_from(self, plugin: str) -> list[str]:
+        """Drop everything a plugin registered (its hook failed halfway); return the names."""
+        removed = [n for n, e in self._entries.items() if e.source.plugin == plugin]
+        for name in removed:
+            del self._entries[name]
+        for name, entry in list(self._entries.items()):
+            kept = tuple(s for s in entry.conflicts if s.plugin != plugin)
+            if kept != entry.conflicts:
+                self._entries[name] = _replace(entry, conflicts=kept)
+        return removed
+
+    # -- reading -----------------------------------------------------------------------------
+    def _ensure_loaded(self) -> None:
+        if not self._loaded and self._loader is not None:
+            self._loaded = True
+            self._loader()
+
+    def __contains__(self, name: object) -> bool:
+        self._ensure_loaded()
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        self._ensure_loaded()
+        return iter(list(self._entries))
+
+    def __len__(self) -> int:
+        self._ensure_loaded()
+        return len(self._entries)
+
+    def names(self) -> list[str]:
+        """All registered names, available or not, in registration order."""
+        self._ensure_loaded()
+        return list(self._entries)
+
+    def entries(self) -> list[RegistryEntry]:
+        """All entries in registration order."""
+        self._ensure_loaded()
+        return list(self._entries.values())
+
+    def available_names(self) -> list[str]:
+        """Names whose requirements are installed and that no two plugins claim."""
+        return [e.name for e in self.entries() if e.available]
+
+    def entry(self, name: str) -> RegistryEntry:
+        """The entry for ``name`` without importing anything; unknown names raise a helpful error."""
+        self._ensure_loaded()
+        found = self._entries.get(name) if isinstance(name, str) else None
+        if found is None:
+            raise UnknownNameError(self._unknown_message(name))
+        return found
+
+    def _unknown_message(self, name: object) -> str:
+        choices = sorted(self._entries)
+        parts = [f"Unknown {self.kind} {name!r}."]
+        distribution = providing_distribution(name) if isinstance(name, str) else None
+        if distribution is not None:
+            parts.append(f"{name!r} is provided by {distribution}, which is not installed; fix: {install_hint(distribution)}.")
+        else:
+            match = closest_match(str(name), choices)
+            if match is not None:
+                parts.append(f"Did you mean {match!r}?")
+        parts.append(f"Available: {', '.join(choices) if choices else '(none)'}.")
+        if distribution is None:
+            parts.append("Run `phalanx plugins` to see installed plugins and any that failed to load.")
+        return " ".join(parts)
+
+    def get_class(self, name: str) -> type:
+        """Import and return the class registered as ``name``, checking availability first."""
+        entry = self.entry(name)
+        reason = entry.unavailable_reason()
+        if reason is not None:
+            msg = f"The {self.kind} {name!r} from {_describe(entry.source)} cannot be used: {reason}"
+            raise PluginUnavailableError(msg)
+        if not isinstance(entry.target, str):
+            return entry.target
+        module_name, _, attr = entry.target.partition(":")
+        try:
+            obj: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as err:
+            msg = (
+                f"The {self.kind} {name!r} from {_describe(entry.source)} points at {entry.target!r}, which failed to "
+                f"import: {type(err).__name__}: {err}. Reinstall the plugin's distribution or remove it."
+            )
+            raise PluginUnavailableError(msg) from err
+        return obj  # type: ignore[no-any-return]
+
+    def get(self, name: str, **overrides: Any) -> Any:
+        """A new instance of ``name``'s target built with its init params updated by ``overrides``."""
+        cls = self.get_class(name)
+        params = {**self.entry(name).init_params, **overrides}
+        return cls(**params)
+
+
+class _StrategyRegistry(Registry):
+    """The strategy registry, with Lightning's method name for listing."""
+
+    def available_strategies(self) -> list[str]:
+        """All registered strategy names (Lightning's spelling of :meth:`names`)."""
+        return self.names()
+
+
+def _replace(entry: RegistryEntry, **changes: Any) -> RegistryEntry:
+    import dataclasses
+
+    return dataclasses.replace(entry, **changes)
+
+
+def _first_doc_line(target: type | str) -> str:
+    if isinstance(target, str):
+        return ""
+    doc = (target.__doc__ or "").strip()
+    return doc.splitlines()[0] if doc else ""
+
+
+def _load_plugins() -> None:
+    from phalanx.plugins import load_plugins
+
+    load_plugins()
+
+
+StrategyRegistry = _StrategyRegistry("strategy", _load_plugins)
+AcceleratorRegistry = Registry("accelerator", _load_plugins)
+PrecisionRegistry = Registry("precision", _load_plugins)
+CheckpointIORegistry = Registry("checkpoint IO", _load_plugins)
+ClusterEnvironmentRegistry = Registry("cluster environment", _load_plugins)

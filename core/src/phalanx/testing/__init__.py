@@ -1,0 +1,1 @@
+"""Tools for plugin authors to prove their strategies behave: the conformance kit."""

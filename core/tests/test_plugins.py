@@ -1,0 +1,190 @@
+"""Plugin discovery: real distributions on sys.path, isolation of broken ones, blocking, conflicts."""
+
+from __future__ import annotations
+
+import pytest
+
+from phalanx import plugins
+from phalanx.errors import PhalanxError, PluginUnavailableError
+from phalanx.registry import PrecisionRegistry, StrategyRegistry
+
+from plugin_fixtures import SitePackages, site_packages  # noqa: F401 - fixture
+
+GOOD = """
+from phalanx import hookimpl
+
+class VendorStrategy:
+    def __init__(self, flavour="plain"):
+        self.flavour = flavour
+
+@hookimpl
+def phalanx_register_strategies(registry):
+    registry.register("vendor", "{module}:VendorStrategy", "A vendor's strategy", flavour="spicy")
+"""
+
+
+def _good(site: SitePackages, name: str = "phalanx-fake-good") -> str:
+    module = name.replace("-", "_")
+    return site.add(name, module_source=GOOD.replace("{module}", module))
+
+
+def _record(name: str) -> plugins.PluginRecord:
+    return next(r for r in plugins.plugin_records() if r.name == name)
+
+
+def test_builtin_plugin_is_discovered_through_its_entry_point() -> None:
+    record = _record("builtin")
+    assert record.distribution == "phalanx-core"
+    assert record.status == "loaded"
+    assert "single_device" in record.provides["strategy"]
+    assert {"cpu", "cuda", "gpu", "mps"} <= set(record.provides["accelerator"])
+    assert "phalanx_select_strategy" in record.hooks
+
+
+def test_third_party_plugin_found_and_instantiated_with_init_params(site_packages: SitePackages) -> None:
+    _good(site_packages)
+    entry = StrategyRegistry.entry("vendor")
+    assert entry.source.distribution == "phalanx-fake-good"
+    assert entry.description == "A vendor's strategy"
+    instance = StrategyRegistry.get("vendor")
+    assert instance.flavour == "spicy"
+    assert StrategyRegistry.get("vendor", flavour="mild").flavour == "mild"
+
+
+def test_plugin_failing_at_import_is_isolated(site_packages: SitePackages) -> None:
+    site_packages.add("phalanx-fake-broken", module_source="raise RuntimeError('boom at import')\n")
+    _good(site_packages)
+    record = _record("phalanx-fake-broken")
+    assert record.status == "failed"
+    assert "RuntimeError: boom at import" in (record.reason or "")
+    assert "vendor" in StrategyRegistry  # the healthy plugin still works
+    assert "single_device" in StrategyRegistry
+
+
+def test_plugin_requiring_newer_core_is_reported_incompatible(site_packages: SitePackages) -> None:
+    site_packages.add(
+        "phalanx-fake-future",
+        module_source=GOOD.replace("{module}", "phalanx_fake_future").replace('"vendor"', '"future"'),
+        requires=("phalanx-core>=99",),
+    )
+    record = _record("phalanx-fake-future")
+    assert record.status == "incompatible"
+    assert "phalanx-core>=99" in (record.reason or "")
+    assert "fix" in (record.reason or "")
+    assert "future" not in StrategyRegistry
+
+
+def test_two_plugins_registering_one_name_name_both_distributions(site_packages: SitePackages) -> None:
+    _good(site_packages, "phalanx-fake-aaa")
+    _good(site_packages, "phalanx-fake-bbb")
+    entry = StrategyRegistry.entry("vendor")
+    reason = entry.unavailable_reason() or ""
+    assert "phalanx-fake-aaa" in reason and "phalanx-fake-bbb" in reason
+    assert "PHALANX_DISABLE_PLUGINS=phalanx-fake-bbb" in reason
+    with pytest.raises(PluginUnavailableError, match="registered by both"):
+        StrategyRegistry.get("vendor")
+    assert StrategyRegistry.get_class("single_device").__name__ == "SingleDeviceStrategy"
+
+
+def test_disable_env_blocks_a_plugin_and_resolves_a_conflict(
+    site_packages: SitePackages, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _good(site_packages, "phalanx-fake-aaa")
+    _good(site_packages, "phalanx-fake-bbb")
+    monkeypatch.setenv("PHALANX_DISABLE_PLUGINS", "phalanx-fake-bbb, other")
+    plugins._reset_for_tests()
+    assert _record("phalanx-fake-bbb").status == "blocked"
+    assert StrategyRegistry.entry("vendor").source.distribution == "phalanx-fake-aaa"
+    assert StrategyRegistry.get("vendor").flavour == "spicy"
+
+
+def test_registration_hook_raising_rolls_back_that_plugin_only(site_packages: SitePackages) -> None:
+    source = """
+from phalanx import hookimpl
+
+@hookimpl
+def phalanx_register_precisions(registry):
+    registry.register("half-done", "x:Y")
+    raise ValueError("second registration went wrong")
+"""
+    site_packages.add("phalanx-fake-halfway", module_source=source)
+    record = _record("phalanx-fake-halfway")
+    assert record.status == "failed"
+    assert "phalanx_register_precisions raised ValueError" in (record.reason or "")
+    assert "half-done" not in PrecisionRegistry
+    assert "bf16-mixed" in PrecisionRegistry
+
+
+def test_decision_hook_raising_names_the_plugin(site_packages: SitePackages) -> None:
+    source = """
+from phalanx import hookimpl
+
+@hookimpl
+def phalanx_select_strategy(accelerator, num_devices, num_nodes, interactive):
+    raise KeyError("no idea")
+"""
+    site_packages.add("phalanx-fake-decider", module_source=source)
+    with pytest.raises(PhalanxError, match="phalanx-fake-decider.*PHALANX_DISABLE_PLUGINS=phalanx-fake-decider"):
+        plugins.select_strategy_name(accelerator="cpu", num_devices=1, num_nodes=1, interactive=False)
+    assert "single_device" in StrategyRegistry  # the registry keeps working
+
+
+def test_plugin_answer_wins_over_builtin_auto_choice(site_packages: SitePackages) -> None:
+    source = """
+from phalanx import hookimpl
+
+@hookimpl
+def phalanx_select_strategy(accelerator, num_devices, num_nodes, interactive):
+    return "vendor_auto" if accelerator == "cpu" and num_devices == 4 else None
+"""
+    site_packages.add("phalanx-fake-auto", module_source=source)
+    assert plugins.select_strategy_name(accelerator="cpu", num_devices=4, num_nodes=1, interactive=False) == "vendor_auto"
+    assert plugins.select_strategy_name(accelerator="cpu", num_devices=1, num_nodes=1, interactive=False) == "single_device"
+    assert plugins.select_strategy_name(accelerator="cpu", num_devices=2, num_nodes=1, interactive=True) == "ddp_notebook"
+    assert plugins.select_strategy_name(accelerator="cpu", num_devices=1, num_nodes=2, interactive=False) == "ddp"
+
+
+def test_unsatisfied_requirement_makes_entry_unavailable(site_packages: SitePackages) -> None:
+    source = """
+from phalanx import hookimpl
+
+@hookimpl
+def phalanx_register_strategies(registry):
+    registry.register("needs_missing", "json:JSONDecoder", requires=("phalanx-no-such-dist>=1",))
+    registry.register("needs_old_core", "json:JSONDecoder", requires="phalanx-core<0.0.1")
+"""
+    site_packages.add("phalanx-fake-reqs", module_source=source)
+    missing = StrategyRegistry.entry("needs_missing").unavailable_reason() or ""
+    assert "not installed" in missing and "pip install 'phalanx-no-such-dist>=1'" in missing
+    old = StrategyRegistry.entry("needs_old_core").unavailable_reason() or ""
+    assert "phalanx-core 0.1.0 is installed" in old
+    with pytest.raises(PluginUnavailableError, match="pip install 'phalanx-no-such-dist>=1'"):
+        StrategyRegistry.get("needs_missing")
+
+
+def test_invalid_plugin_with_unknown_hook_is_reported(site_packages: SitePackages) -> None:
+    source = """
+from phalanx import hookimpl
+
+@hookimpl
+def phalanx_register_stratgies(registry):
+    pass
+"""
+    site_packages.add("phalanx-fake-typo", module_source=source)
+    record = _record("phalanx-fake-typo")
+    assert record.status == "failed"
+    assert "phalanx_register_stratgies" in (record.reason or "")
+
+
+def test_target_that_fails_to_import_raises_when_selected(site_packages: SitePackages) -> None:
+    source = """
+from phalanx import hookimpl
+
+@hookimpl
+def phalanx_register_strategies(registry):
+    registry.register("ghost", "phalanx_fake_nowhere.strategy:Ghost", "does not exist")
+"""
+    site_packages.add("phalanx-fake-ghost", module_source=source)
+    assert "ghost" in StrategyRegistry.names()
+    with pytest.raises(PluginUnavailableError, match="ModuleNotFoundError"):
+        StrategyRegistry.get("ghost")
