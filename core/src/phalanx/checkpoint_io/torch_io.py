@@ -1,0 +1,149 @@
+"""Checkpoints as ``torch.save`` files, written atomically and loaded safely.
+
+A run killed while writing ``last.ckpt`` must not lose the previous ``last.ckpt``: the file is
+written to a temporary name in the same directory, fsynced, and renamed over the target (rename is
+atomic within one filesystem). Loading defaults to ``weights_only=True`` so opening a checkpoint
+from an untrusted source cannot execute code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import pickle
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from phalanx.checkpoint_io.checkpoint_io import CheckpointIO, PathLike
+from phalanx.errors import CheckpointError, MisconfigurationError
+
+__all__ = ["TorchCheckpointIO"]
+
+
+@functools.cache
+def _umask() -> int:
+    """The process umask, read once (os.umask can only be read by setting it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Persist the rename itself; without it a power loss can undo the replace."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # e.g. Windows cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems refuse fsync on directories
+        pass
+    finally:
+        os.close(fd)
+
+
+def _weights_only_reason(error: BaseException) -> str:
+    for line in str(error).splitlines():
+        if "WeightsUnpickler error" in line:
+            return line.strip()
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+class TorchCheckpointIO(CheckpointIO):
+    """Local-filesystem checkpoints via ``torch.save`` / ``torch.load``."""
+
+    def save_checkpoint(
+        self,
+        checkpoint: dict[str, Any],
+        path: PathLike,
+        storage_options: Any | None = None,
+    ) -> None:
+        """Atomically write ``checkpoint`` to ``path``, creating parent directories.
+
+        Raises:
+            MisconfigurationError: ``storage_options`` was given (this IO has none).
+        """
+        if storage_options is not None:
+            msg = (
+                f"TorchCheckpointIO.save_checkpoint got storage_options={storage_options!r}, but it "
+                "supports none; pass storage_options=None or use a CheckpointIO that accepts them."
+            )
+            raise MisconfigurationError(msg)
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        tmp = Path(tmp_name)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                torch.save(checkpoint, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            # mkstemp creates 0600; give the file the permissions a plain open() would.
+            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            raise
+        _fsync_directory(target.parent)
+
+    def load_checkpoint(
+        self,
+        path: PathLike,
+        map_location: Any | None = None,
+        *,
+        weights_only: bool = True,
+    ) -> dict[str, Any]:
+        """Load ``path``; tensors go to the CPU unless ``map_location`` says otherwise.
+
+        Loading to CPU by default makes a checkpoint written on ``cuda:3`` open on any machine;
+        strategies move the restored state to their device afterwards.
+
+        Raises:
+            CheckpointError: The file is missing, is not a valid checkpoint, or holds objects that
+                ``weights_only=True`` refuses.
+        """
+        target = Path(path)
+        if not target.is_file():
+            what = "is a directory, not a checkpoint file" if target.is_dir() else "does not exist"
+            msg = (
+                f"Checkpoint path {str(target)!r} {what}. Check the path (ckpt_path=...) or pass "
+                "ckpt_path='last' to resume from the newest checkpoint."
+            )
+            raise CheckpointError(msg)
+        location = "cpu" if map_location is None else map_location
+        try:
+            return torch.load(target, map_location=location, weights_only=weights_only)
+        except pickle.UnpicklingError as error:
+            if weights_only and "Weights only load failed" in str(error):
+                msg = (
+                    f"Checkpoint {str(target)!r} contains objects that weights_only=True refuses to "
+                    f"unpickle ({_weights_only_reason(error)}). If you trust the file's source, load it "
+                    "with weights_only=False; otherwise store only tensors and plain Python values."
+                )
+                raise CheckpointError(msg) from error
+            raise CheckpointError(self._corrupt_message(target, error)) from error
+        except (RuntimeError, EOFError, IndexError, ValueError, KeyError, OSError) as error:
+            raise CheckpointError(self._corrupt_message(target, error)) from error
+
+    @staticmethod
+    def _corrupt_message(path: Path, error: BaseException) -> str:
+        first_line = str(error).splitlines()[0] if str(error) else ""
+        return (
+            f"{str(path)!r} is not a valid checkpoint ({type(error).__name__}: {first_line}). The file "
+            "may be truncated or not written by torch.save; pick another checkpoint file."
+        )
+
+    def remove_checkpoint(self, path: PathLike) -> None:
+        """Delete a checkpoint file, or a directory for sharded checkpoints; missing is fine."""
+        target = Path(path)
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                target.unlink()

@@ -1,0 +1,70 @@
+"""The `phalanx` command: JSON shapes, help texts, problem reporting, and no torch import."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from phalanx import cli
+
+from plugin_fixtures import SitePackages, site_packages  # noqa: F401 - fixture
+
+STRATEGY_KEYS = {"name", "description", "plugin", "distribution", "version", "target", "available", "reason"}
+PLUGIN_KEYS = {"entry_point", "value", "distribution", "version", "status", "reason", "hooks", "provides"}
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "phalanx.cli", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_strategies_json_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["strategies", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert all(set(row) == STRATEGY_KEYS for row in rows)
+    single = next(row for row in rows if row["name"] == "single_device")
+    assert single["distribution"] == "phalanx-core" and single["available"] is True
+    assert single["target"] == "phalanx.strategies.single_device:SingleDeviceStrategy"
+
+
+def test_plugins_json_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["plugins", "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert all(set(r) == PLUGIN_KEYS for r in records)
+    builtin = next(r for r in records if r["entry_point"] == "builtin")
+    assert builtin["status"] == "loaded"
+    assert builtin["provides"]["precision"] == ["32-true", "64-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"]
+
+
+@pytest.mark.parametrize("args", [[], ["--help"], ["strategies", "--help"], ["plugins", "--help"], ["env", "--help"]])
+def test_help_texts(args: list[str]) -> None:
+    result = _run(*args)
+    assert result.returncode == 0
+    assert "usage: phalanx" in result.stdout
+
+
+def test_listing_does_not_import_torch() -> None:
+    code = (
+        "import sys, phalanx.cli; phalanx.cli.main(['strategies', '--json']); phalanx.cli.main(['plugins']);"
+        "print('torch' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert result.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_env_reports_versions_and_backends() -> None:
+    result = _run("env")
+    assert result.returncode == 0, result.stderr
+    assert "torch" in result.stdout and "gloo" in result.stdout and "builtin" in result.stdout
+
+
+def test_broken_plugin_is_shown_with_its_reason(site_packages: SitePackages) -> None:
+    site_packages.add("phalanx-fake-cli-broken", module_source="import phalanx_this_does_not_exist\n")
+    result = _run("strategies")
+    assert result.returncode == 0
+    assert "phalanx-fake-cli-broken" in result.stdout and "failed" in result.stdout
+    assert "No module named 'phalanx_this_does_not_exist'" in result.stdout
+    plugins = {p["entry_point"]: p for p in json.loads(_run("plugins", "--json").stdout)}
+    assert plugins["phalanx-fake-cli-broken"]["status"] == "failed"

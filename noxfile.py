@@ -1,0 +1,100 @@
+"""Developer and CI sessions. `nox` runs the default set (every package's tests, integration, lint).
+
+Sessions use pip in virtualenvs. torch is pinned to one CPU build for tests (TORCH below); package
+metadata keeps a wide range, so users install whatever torch fits their machine.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+TORCH = os.environ.get("PHALANX_TORCH", "torch==2.13.0")
+#: Packages whose dependencies need their own interpreter environment (torch-xla pins torch).
+OWN_ENV = {"strategy-xla"}
+#: Packages with heavy optional dependencies that must be installed after torch without isolation.
+NO_BUILD_ISOLATION = {"strategy-deepspeed": ["deepspeed>=0.14", "ninja"]}
+
+PACKAGES = sorted(p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").exists())
+TEST_DEPS = ["pytest>=7", "pytest-timeout>=2"]
+
+nox.options.default_venv_backend = "virtualenv"
+nox.options.error_on_missing_interpreters = True
+nox.options.sessions = ["tests-core", *[f"tests-{p}" for p in PACKAGES], "integration", "lint"]
+
+
+def _install_torch(session: nox.Session, torch: str = TORCH) -> None:
+    session.install(torch)
+
+
+def _install_package(session: nox.Session, name: str) -> None:
+    """Install one of packages/ with its heavy dependencies in the order they need."""
+    extra = NO_BUILD_ISOLATION.get(name)
+    if extra:
+        session.install("setuptools", "wheel", "packaging", "py-cpuinfo", "psutil")
+        session.install("--no-build-isolation", *extra)
+    session.install(f"./packages/{name}")
+
+
+def _pytest(session: nox.Session, *paths: str) -> None:
+    session.run("python", "-m", "pytest", *paths, "-ra", *session.posargs)
+
+
+@nox.session(name="tests-core")
+def tests_core(session: nox.Session) -> None:
+    """Core unit tests: registries, discovery, contracts, Trainer on one device."""
+    _install_torch(session)
+    session.install("./core", *TEST_DEPS)
+    _pytest(session, "core/tests")
+
+
+def _package_session(name: str) -> None:
+    @nox.session(name=f"tests-{name}")
+    def run(session: nox.Session) -> None:
+        _install_torch(session)
+        session.install("./core", *TEST_DEPS)
+        _install_package(session, name)
+        _pytest(session, f"packages/{name}/tests")
+
+    run.__doc__ = f"Tests of packages/{name}, installed with the core only."
+
+
+for _name in PACKAGES:
+    if _name not in OWN_ENV:
+        _package_session(_name)
+
+
+@nox.session
+def integration(session: nox.Session) -> None:
+    """Everything installed together, plus the test plugin: discovery and end-to-end runs."""
+    _install_torch(session)
+    session.install("./core", *TEST_DEPS)
+    for name in PACKAGES:
+        if name not in OWN_ENV:
+            _install_package(session, name)
+    session.install("./tests/plugins/phalanx-testplugin")
+    _pytest(session, "tests")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff, mypy on the core, and the layering rule (core imports no plugin; _plugin.py no torch)."""
+    session.install("ruff", "mypy", TORCH, "pluggy", "packaging")
+    session.run("ruff", "check", "core", "packages", "tests", "noxfile.py")
+    session.run("python", "tools/check_layering.py")
+    session.run("mypy", "core/src/phalanx/registry.py", "core/src/phalanx/plugins.py", "core/src/phalanx/_metadata.py", "core/src/phalanx/cli.py")
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """Install the core and the ddp plugin, list strategies, train the demo model."""
+    _install_torch(session)
+    session.install("./core")
+    if "strategy-ddp" in PACKAGES:
+        _install_package(session, "strategy-ddp")
+    session.run("phalanx", "strategies")
+    if (ROOT / "examples" / "demo.py").exists():
+        session.run("python", "examples/demo.py", *session.posargs)

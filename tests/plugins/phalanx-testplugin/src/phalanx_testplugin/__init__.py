@@ -1,0 +1,1 @@
+"""A third-party phalanx plugin used by the integration tests."""
