@@ -13,12 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from phalanx.errors import MisconfigurationError, closest_match
 
-__all__ = ["LRSchedulerConfig", "init_optimizers_and_lr_schedulers"]
+__all__ = ["LRSchedulerConfig", "init_optimizers_and_lr_schedulers", "optimizers_to_device"]
 
 _INTERVALS = ("epoch", "step")
 _OPTIMIZER_DICT_KEYS = ("optimizer", "lr_scheduler", "monitor")
@@ -196,3 +197,16 @@ def init_optimizers_and_lr_schedulers(module: Any) -> tuple[list[Optimizer], lis
     optimizers, configs = _parse(configure())
     _check_scheduler_optimizers(optimizers, configs)
     return optimizers, configs
+
+
+def optimizers_to_device(optimizers: list[Optimizer], device: torch.device | str) -> None:
+    """Move optimizer state (e.g. Adam moments restored on CPU) next to the parameters, in place.
+
+    ``step`` counters are left where torch put them: on CPU unless the optimizer is capturable or
+    fused, and torch checks that placement.
+    """
+    for optimizer in optimizers:
+        for state in optimizer.state.values():
+            for key, value in state.items():
+                if key != "step" and isinstance(value, torch.Tensor):
+                    state[key] = value.to(device)

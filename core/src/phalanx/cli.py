@@ -114,12 +114,25 @@ def _cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_checkpoint_convert(args: argparse.Namespace) -> int:
+    from phalanx.errors import PhalanxError
+    from phalanx.plugins import convert_checkpoint
+
+    try:
+        convert_checkpoint(args.source, args.destination)
+    except PhalanxError as err:
+        print(f"phalanx checkpoint convert: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.destination}")
+    return 0
+
+
 def _build_parser() -> argparse.ArgumentParser:
     from phalanx import __version__
 
     parser = argparse.ArgumentParser(
         prog="phalanx",
-        description="Inspect phalanx's installed strategies and plugins.",
+        description="Inspect phalanx's installed strategies and plugins, and convert checkpoints.",
         epilog="Plugins are packages exposing an entry point in the 'phalanx' group; block one with PHALANX_DISABLE_PLUGINS=name.",
     )
     parser.add_argument("--version", action="version", version=f"phalanx-core {__version__}")
@@ -144,6 +157,19 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Show Python, torch and phalanx versions, visible devices, available torch.distributed backends and the health of every plugin. Imports torch.",
     )
     env.set_defaults(func=_cmd_env)
+    checkpoint = sub.add_parser("checkpoint", help="checkpoint tools (convert)", description="Checkpoint tools.")
+    checkpoint_sub = checkpoint.add_subparsers(dest="checkpoint_command", metavar="COMMAND", required=True)
+    convert = checkpoint_sub.add_parser(
+        "convert",
+        help="turn any strategy's checkpoint into one portable file",
+        description=(
+            "Convert a checkpoint written by any installed strategy (a torch file, or a sharded directory from "
+            "fsdp / deepspeed) into one torch file with the full fp32 'state_dict', loadable by single_device and ddp."
+        ),
+    )
+    convert.add_argument("source", help="checkpoint file or directory to read")
+    convert.add_argument("destination", help="path of the portable file to write (written atomically)")
+    convert.set_defaults(func=_cmd_checkpoint_convert)
     return parser
 
 

@@ -66,3 +66,14 @@ def phalanx_select_strategy(accelerator: str, num_devices: int, num_nodes: int, 
 @hookspec(firstresult=True)
 def phalanx_detect_cluster_environment() -> str | None:
     """Name the registered cluster environment this process runs in, or ``None`` to pass."""
+
+
+@hookspec(firstresult=True)
+def phalanx_convert_checkpoint(source: str, destination: str) -> bool | None:
+    """Turn a checkpoint this plugin recognises into one portable torch file at ``destination``.
+
+    The file holds at least ``"state_dict"`` (the full, unsharded fp32 model state dict, keyed as
+    ``module.state_dict()``) and ``"phalanx_version"``; it loads with ``torch.load(weights_only=True)``
+    and with ``Trainer(strategy="single_device" | "ddp").fit(..., ckpt_path=destination)`` for weights.
+    Return True when converted, ``None`` when the format is not this plugin's.
+    """

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "convert_checkpoint",
     "PluginRecord",
     "detect_cluster_environment",
     "get_plugin_manager",
@@ -261,6 +262,16 @@ def detect_cluster_environment() -> ClusterEnvironment:
     answer = _first_answer("phalanx_detect_cluster_environment")
     name = "local" if answer is None else str(answer)
     return ClusterEnvironmentRegistry.get(name)  # type: ignore[no-any-return]
+
+
+def convert_checkpoint(source: str, destination: str) -> None:
+    """Convert any strategy's checkpoint into one portable file, asking each plugin in turn."""
+    if _first_answer("phalanx_convert_checkpoint", source=source, destination=destination) is None:
+        msg = (
+            f"No installed plugin recognises the checkpoint {source!r}; expected a torch checkpoint file or a "
+            "sharded checkpoint directory written by an installed strategy (see `phalanx plugins`)"
+        )
+        raise MisconfigurationError(msg)
 
 
 def _reset_for_tests() -> None:

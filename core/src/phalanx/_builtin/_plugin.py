@@ -13,6 +13,7 @@ from phalanx import hookimpl
 from phalanx.registry import Registry
 
 __all__ = [
+    "phalanx_convert_checkpoint",
     "phalanx_detect_cluster_environment",
     "phalanx_register_accelerators",
     "phalanx_register_checkpoint_io",
@@ -114,3 +115,11 @@ def phalanx_detect_cluster_environment() -> str | None:
         if ClusterEnvironmentRegistry.get_class(entry.name).detect():
             return entry.name
     return "local"
+
+
+@hookimpl(trylast=True)
+def phalanx_convert_checkpoint(source: str, destination: str) -> bool | None:
+    """Plain torch checkpoint files (single_device, ddp) are re-written in the portable format."""
+    from phalanx._builtin._convert import convert_torch_file
+
+    return convert_torch_file(source, destination)

@@ -31,6 +31,8 @@ from phalanx.launchers.launcher import Launcher
 __all__ = ["SubprocessScriptLauncher", "script_command"]
 
 _POLL_SECONDS = 0.1
+#: Set in a process that started children with this launcher (it must outlive them).
+_launched_here = threading.Event()
 #: How long a failing rank 0 waits to learn whether a child failed first (then rank 0's error is
 #: only a consequence, and the child's traceback is the one that matters).
 _CAUSE_WINDOW_SECONDS = 0.5
@@ -114,7 +116,9 @@ class SubprocessScriptLauncher(Launcher):
         rank = self._global_rank()
         distributed = self.num_processes * self.num_nodes > 1
         if distributed:
-            install_rank_excepthook(fast_exit=not self._children)
+            # A process that started children must stop them on failure, so only ranks that were
+            # started (by this launcher, torchrun or srun) may skip the interpreter's shutdown.
+            install_rank_excepthook(fast_exit=not _launched_here.is_set())
         try:
             return function(*args, **kwargs)
         except BaseException as exc:
@@ -134,9 +138,7 @@ class SubprocessScriptLauncher(Launcher):
 
     def _global_rank(self) -> int:
         env = self.cluster_environment
-        if env.creates_processes_externally and not self._children:
-            return env.node_rank() * self.num_processes + env.local_rank()
-        return env.node_rank() * self.num_processes
+        return env.node_rank() * self.num_processes + env.local_rank()
 
     def _call_children_scripts(self) -> None:
         if self._children:
@@ -171,6 +173,7 @@ class SubprocessScriptLauncher(Launcher):
             proc = subprocess.Popen(command, env=child_env, cwd=os.getcwd(), preexec_fn=preexec)  # noqa: PLW1509
             self.procs.append(proc)
             self._children.append(_Child(proc, local_rank, base_rank + local_rank))
+        _launched_here.set()
         self._observer = _ChildObserver(self._children)
         self._observer.start()
 

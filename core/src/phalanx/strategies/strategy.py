@@ -1,0 +1,422 @@
+"""The Strategy base class: how a model, its optimizers and its data are spread over hardware.
+
+The Trainer never touches devices, dtypes, wrappers or process groups directly; it calls the
+strategy, which delegates dtype work to its Precision, device work to its Accelerator and storage
+to its CheckpointIO. A new way of training (DDP, FSDP, DeepSpeed, XLA...) is therefore one
+Strategy subclass in a plugin package, and the Trainer works with it unchanged.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Generator
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from typing import Any, ClassVar, TypeVar
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+
+from phalanx._collections import move_data_to_device
+from phalanx._empty_init import SkipInit
+from phalanx._optim import LRSchedulerConfig, init_optimizers_and_lr_schedulers, optimizers_to_device
+from phalanx.accelerators.accelerator import Accelerator
+from phalanx.checkpoint_io.checkpoint_io import CheckpointIO
+from phalanx.checkpoint_io.torch_io import TorchCheckpointIO
+from phalanx.errors import MisconfigurationError
+from phalanx.precision.precision import Precision
+from phalanx.strategies._checkpointing import StrategyCheckpointing
+from phalanx.strategies._hooks import StrategyHooks
+
+__all__ = ["Strategy"]
+
+TBroadcast = TypeVar("TBroadcast")
+_MISSING = object()
+
+
+class Strategy(StrategyCheckpointing, StrategyHooks, ABC):
+    """Base class of every strategy; owns one Accelerator, one Precision and one CheckpointIO.
+
+    Args:
+        accelerator: The hardware; when ``None`` the Trainer's connector assigns one, and a
+            strategy used on its own picks the built-in accelerator matching ``root_device``.
+        checkpoint_io: Storage for checkpoints; ``TorchCheckpointIO()`` when ``None``.
+        precision_plugin: Numeric format; ``Precision()`` ("32-true") when ``None``.
+    """
+
+    #: The registry name this class is registered under (e.g. ``"single_device"``).
+    strategy_name: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        *,
+        checkpoint_io: CheckpointIO | None = None,
+        precision_plugin: Precision | None = None,
+    ) -> None:
+        self._accelerator: Accelerator | None = accelerator
+        self._checkpoint_io: CheckpointIO | None = checkpoint_io
+        self._precision_plugin: Precision | None = precision_plugin
+        self._launcher: Any = None
+        self._model: nn.Module | None = None
+        self._module: nn.Module | None = None
+        self._optimizers: list[Optimizer] = []
+        self.lr_scheduler_configs: list[LRSchedulerConfig] = []
+
+    @property
+    def accelerator(self) -> Accelerator | None:
+        """The accelerator; ``None`` only until the Trainer (or :meth:`setup_environment`) sets it."""
+        return self._accelerator
+
+    @accelerator.setter
+    def accelerator(self, accelerator: Accelerator | None) -> None:
+        self._accelerator = accelerator
+
+    @property
+    def checkpoint_io(self) -> CheckpointIO:
+        """How checkpoints are written and read; created on first access when not given."""
+        if self._checkpoint_io is None:
+            self._checkpoint_io = TorchCheckpointIO()
+        return self._checkpoint_io
+
+    @checkpoint_io.setter
+    def checkpoint_io(self, io: CheckpointIO | None) -> None:
+        self._checkpoint_io = io
+
+    @property
+    def precision_plugin(self) -> Precision:
+        """The precision; ``Precision()`` (32-true) when none was given."""
+        if self._precision_plugin is None:
+            self._precision_plugin = Precision()
+        return self._precision_plugin
+
+    @precision_plugin.setter
+    def precision_plugin(self, precision_plugin: Precision | None) -> None:
+        self._precision_plugin = precision_plugin
+
+    @property
+    def launcher(self) -> Any:
+        """Starts the other processes; ``None`` for strategies that run in the current process."""
+        return self._launcher
+
+    @property
+    @abstractmethod
+    def root_device(self) -> torch.device:
+        """The device this process computes on."""
+
+    @property
+    @abstractmethod
+    def is_global_zero(self) -> bool:
+        """Whether this process is rank 0 across all nodes (the one that writes files and logs)."""
+
+    @property
+    def global_rank(self) -> int:
+        """Rank of this process among all processes."""
+        return 0
+
+    @property
+    def local_rank(self) -> int:
+        """Rank of this process on its node."""
+        return 0
+
+    @property
+    def node_rank(self) -> int:
+        """Index of this process's node."""
+        return 0
+
+    @property
+    def world_size(self) -> int:
+        """Number of processes taking part."""
+        return 1
+
+    @property
+    def model(self) -> nn.Module | None:
+        """The model as the strategy runs it, possibly wrapped (DDP, FSDP, ...)."""
+        return self._model
+
+    @model.setter
+    def model(self, model: nn.Module | None) -> None:
+        self._model = model
+
+    @property
+    def module(self) -> nn.Module | None:
+        """The user's Module without any wrapper; what hooks, state dicts and logging use."""
+        return self._module
+
+    @property
+    def lightning_module(self) -> nn.Module | None:
+        """Lightning's name for :attr:`module`."""
+        return self._module
+
+    @property
+    def optimizers(self) -> list[Optimizer]:
+        """The optimizers created by :meth:`setup_optimizers` (possibly wrapped by the precision)."""
+        return self._optimizers
+
+    @optimizers.setter
+    def optimizers(self, optimizers: list[Optimizer]) -> None:
+        self._optimizers = list(optimizers)
+
+    @property
+    def handles_gradient_accumulation(self) -> bool:
+        """Whether the strategy accumulates gradients itself (DeepSpeed does), not the loop."""
+        return False
+
+    @property
+    def restore_checkpoint_after_setup(self) -> bool:
+        """Whether a checkpoint must be restored after :meth:`setup` (sharded strategies need the
+        wrapped model to exist first)."""
+        return False
+
+    @property
+    def restore_optimizer(self) -> bool:
+        """Whether the Trainer restores optimizer/scheduler state; strategies that do it themselves
+        return False."""
+        return True
+
+    @property
+    def lightning_restore_optimizer(self) -> bool:
+        """Lightning's name for :attr:`restore_optimizer`."""
+        return self.restore_optimizer
+
+    def connect(self, model: nn.Module) -> None:
+        """Remember the Module to train; it is also the model until :meth:`setup` wraps it."""
+        self._module = model
+        self._model = model
+
+    def _default_accelerator(self) -> Accelerator:
+        from phalanx.accelerators import CPUAccelerator, CUDAAccelerator, MPSAccelerator
+
+        choices: dict[str, type[Accelerator]] = {"cpu": CPUAccelerator, "cuda": CUDAAccelerator, "mps": MPSAccelerator}
+        device_type = self.root_device.type
+        if device_type not in choices:
+            msg = (
+                f"{type(self).__name__} runs on a {device_type!r} device but has no accelerator, and "
+                f"phalanx only infers one for {sorted(choices)}; pass accelerator=... explicitly."
+            )
+            raise MisconfigurationError(msg)
+        return choices[device_type]()
+
+    def _require_accelerator(self) -> Accelerator:
+        if self._accelerator is None:
+            self._accelerator = self._default_accelerator()
+        return self._accelerator
+
+    def _require_module(self) -> nn.Module:
+        if self._module is None:
+            msg = (
+                f"{type(self).__name__} has no model yet; call strategy.connect(module) first "
+                "(the Trainer does this in fit/validate/test/predict)."
+            )
+            raise MisconfigurationError(msg)
+        return self._module
+
+    def setup_environment(self) -> None:
+        """Prepare this process's device before the model is built (parallel strategies also
+        create the process group here)."""
+        self._require_accelerator().setup_device(self.root_device)
+
+    def setup(self, trainer: Any) -> None:
+        """Prepare everything for a run: accelerator, precision, device placement, optimizers.
+
+        Order matters: the model is converted and moved before optimizers are created, so the
+        optimizers reference the final parameters; optimizers are only built when fitting
+        (``trainer.training``), since evaluation needs none.
+        """
+        self._require_accelerator().setup(trainer)
+        self._require_module()
+        assert self.model is not None
+        self.model = self.precision_plugin.convert_module(self.model)
+        self.model_to_device()
+        fitting = bool(getattr(trainer, "training", True))
+        if fitting:
+            self.setup_optimizers(trainer)
+        self.setup_precision_plugin()
+        if fitting:
+            optimizers_to_device(self.optimizers, self.root_device)
+
+    def setup_optimizers(self, trainer: Any) -> None:
+        """Create optimizers and scheduler configs from the Module's ``configure_optimizers``."""
+        self.optimizers, self.lr_scheduler_configs = init_optimizers_and_lr_schedulers(self._require_module())
+
+    def setup_precision_plugin(self) -> None:
+        """Tell the precision the device, then let it wrap the model and optimizers."""
+        self.precision_plugin.setup(self.root_device)
+        assert self.model is not None
+        model, optimizers = self.precision_plugin.connect(self.model, self.optimizers)
+        self.model = model
+        self.optimizers = optimizers
+
+    @abstractmethod
+    def model_to_device(self) -> None:
+        """Move the model to :attr:`root_device`."""
+
+    def batch_to_device(self, batch: Any, device: torch.device | None = None, dataloader_idx: int = 0) -> Any:
+        """Move a batch to ``device`` (default :attr:`root_device`) and cast it for the precision.
+
+        The Module's optional ``on_before_batch_transfer`` / ``transfer_batch_to_device`` /
+        ``on_after_batch_transfer`` hooks run when it defines them, so custom batch types work.
+        """
+        target = device or self.root_device
+        module = self._module
+        if module is None:
+            return self.precision_plugin.convert_input(move_data_to_device(batch, target))
+        before = getattr(module, "on_before_batch_transfer", None)
+        if callable(before):
+            batch = before(batch, dataloader_idx)
+        transfer = getattr(module, "transfer_batch_to_device", None)
+        batch = transfer(batch, target, dataloader_idx) if callable(transfer) else move_data_to_device(batch, target)
+        after = getattr(module, "on_after_batch_transfer", None)
+        if callable(after):
+            batch = after(batch, dataloader_idx)
+        return self.precision_plugin.convert_input(batch)
+
+    def process_dataloader(self, dataloader: Any) -> Any:
+        """Wrap a dataloader if the strategy needs to (XLA's device loader); identity here."""
+        return dataloader
+
+    def backward(self, closure_loss: torch.Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """Backpropagate through the precision; returns the (unscaled) loss."""
+        module = self._module
+        self.pre_backward(closure_loss)
+        closure_loss = self.precision_plugin.pre_backward(closure_loss, module)
+        self.precision_plugin.backward(closure_loss, module, optimizer, *args, **kwargs)
+        closure_loss = self.precision_plugin.post_backward(closure_loss, module)
+        self.post_backward(closure_loss)
+        return closure_loss
+
+    def pre_backward(self, closure_loss: torch.Tensor) -> None:  # noqa: B027 - optional hook
+        """Runs before the precision's backward (DDP prepares its reducer here)."""
+
+    def post_backward(self, closure_loss: torch.Tensor) -> None:  # noqa: B027 - optional hook
+        """Runs after the precision's backward."""
+
+    def optimizer_step(
+        self,
+        optimizer: Optimizer,
+        closure: Callable[[], Any],
+        model: nn.Module | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Step ``optimizer`` through the precision (which runs the closure first).
+
+        Args:
+            optimizer: The optimizer to step.
+            closure: Runs forward and backward, returning the loss.
+            model: The Module whose trainer gets the pre-step slot; defaults to :attr:`module`.
+            **kwargs: Passed to ``optimizer.step``.
+        """
+        target = model if model is not None else self._module
+        return self.precision_plugin.optimizer_step(optimizer, target, closure, **kwargs)
+
+    def block_backward_sync(self) -> AbstractContextManager[Any]:
+        """Context for accumulation steps that must not synchronise gradients (DDP: ``no_sync``)."""
+        return nullcontext()
+
+    def _step(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        module = self._require_module()
+        model = self.model
+        step = getattr(module, name)
+        if model is None or model is module:
+            return step(*args, **kwargs)
+        # Call through the wrapper so its forward machinery (DDP's reducer, FSDP's unsharding,
+        # DeepSpeed's hooks) runs: the wrapper calls module(...), which now lands on the step.
+        previous = module.__dict__.get("forward", _MISSING)
+        module.forward = step  # type: ignore[method-assign]
+        try:
+            return model(*args, **kwargs)
+        finally:
+            if previous is _MISSING:
+                del module.forward
+            else:
+                module.forward = previous  # type: ignore[method-assign]
+
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the Module's ``training_step`` inside the precision's training context."""
+        with self.precision_plugin.train_step_context():
+            return self._step("training_step", *args, **kwargs)
+
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the Module's ``validation_step`` inside the precision's validation context."""
+        with self.precision_plugin.val_step_context():
+            return self._step("validation_step", *args, **kwargs)
+
+    def test_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the Module's ``test_step`` inside the precision's test context."""
+        with self.precision_plugin.test_step_context():
+            return self._step("test_step", *args, **kwargs)
+
+    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the Module's ``predict_step`` inside the precision's predict context."""
+        with self.precision_plugin.predict_step_context():
+            return self._step("predict_step", *args, **kwargs)
+
+    @abstractmethod
+    def all_gather(self, tensor: torch.Tensor, group: Any | None = None, sync_grads: bool = False) -> torch.Tensor:
+        """Gather ``tensor`` from every process (stacked on a new first dimension when parallel)."""
+
+    @abstractmethod
+    def reduce(self, tensor: torch.Tensor | Any, group: Any | None = None, reduce_op: Any | None = "mean") -> torch.Tensor | Any:
+        """Reduce ``tensor`` over processes with ``reduce_op`` (``"mean"``, ``"sum"`` or a ReduceOp)."""
+
+    @abstractmethod
+    def broadcast(self, obj: TBroadcast, src: int = 0) -> TBroadcast:
+        """Send ``obj`` from rank ``src`` to every process."""
+
+    @abstractmethod
+    def barrier(self, name: str | None = None) -> None:
+        """Wait until every process reaches this point."""
+
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:  # noqa: A002 - Lightning's name
+        """Agree on a boolean across processes: every process (``all=True``) or any process said yes."""
+        tensor = torch.tensor(int(decision), device=self.root_device)
+        total = self.reduce(tensor, reduce_op="sum")
+        count = int(total.item()) if isinstance(total, torch.Tensor) else int(total)
+        return count == self.world_size if all else count > 0
+
+    @contextmanager
+    def model_sharded_context(self) -> Generator[None, None, None]:
+        """Context for ``configure_model`` in which sharded strategies create layers already sharded."""
+        yield
+
+    @contextmanager
+    def tensor_init_context(self, empty_init: bool | None = None) -> Generator[None, None, None]:
+        """Create tensors directly on :attr:`root_device` in the precision's dtype.
+
+        Args:
+            empty_init: ``True`` skips ``torch.nn.init`` (weights are left uninitialised), for models
+                whose weights a checkpoint overwrites anyway. ``None``/``False`` initialise normally.
+        """
+        with ExitStack() as stack:
+            if empty_init:
+                stack.enter_context(SkipInit())
+            stack.enter_context(self.root_device)
+            stack.enter_context(self.precision_plugin.tensor_init_context())
+            yield
+
+    def teardown(self) -> None:
+        """Release everything: optimizer state and the Module go back to CPU, parts are torn down.
+
+        The CheckpointIO is torn down last so that a failed background save surfaces after every
+        other resource has been released.
+        """
+        optimizers_to_device(self.optimizers, torch.device("cpu"))
+        module = self._module
+        if module is not None and self._safe_root_device_type() != "cpu":
+            module.cpu()
+        self.precision_plugin.teardown()
+        if self._accelerator is not None:
+            self._accelerator.teardown()
+        self.checkpoint_io.teardown()
+
+    def _safe_root_device_type(self) -> str:
+        try:
+            return self.root_device.type
+        except Exception:  # noqa: BLE001 - a parallel strategy torn down before setup has no device
+            return "cpu"
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(accelerator={self._accelerator!r}, "
+            f"precision_plugin={self.precision_plugin!r}, checkpoint_io={self.checkpoint_io!r})"
+        )
