@@ -222,6 +222,8 @@ def _first_answer(hook_name: str, **kwargs: Any) -> Any:
         args = {k: kwargs[k] for k in impl.argnames}
         try:
             result = impl.function(**args)
+        except PhalanxError:
+            raise  # a deliberate, already explained error (e.g. a corrupt checkpoint)
         except Exception as err:
             msg = (
                 f"Plugin {impl.plugin_name!r} failed in {hook_name}({', '.join(f'{k}={v!r}' for k, v in args.items())}): "

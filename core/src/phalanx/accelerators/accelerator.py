@@ -167,7 +167,10 @@ def _parse_request(devices: Any, *, what: str) -> int | list[int]:
 def _check_indices(indices: list[int], original: Any, what: str) -> list[int]:
     negative = [index for index in indices if index < 0]
     if negative:
-        msg = f"devices={original!r} contains the negative index {negative[0]} for {what}; indices start at 0."
+        msg = (
+            f"devices={original!r} contains the negative index {negative[0]} for {what}; "
+            "indices start at 0."
+        )
         raise MisconfigurationError(msg)
     if len(set(indices)) != len(indices):
         msg = f"devices={original!r} repeats an index for {what}; list each device once, e.g. [0, 1]."

@@ -68,6 +68,9 @@ class CUDAAccelerator(Accelerator):
         """
         target = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
         if target.type != "cuda":
-            msg = f"CUDAAccelerator.get_device_stats got device {str(target)!r}; pass a cuda device such as 'cuda:0'."
+            msg = (
+                f"CUDAAccelerator.get_device_stats got device {str(target)!r}; "
+                "pass a cuda device such as 'cuda:0'."
+            )
             raise MisconfigurationError(msg)
         return dict(torch.cuda.memory_stats(target))

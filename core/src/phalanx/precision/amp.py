@@ -189,7 +189,8 @@ class MixedPrecision(Precision):
             MisconfigurationError: Clipping requested with a fused optimizer, whose gradients stay
                 scaled until its own ``step``.
         """
-        if clip_val is not None and clip_val > 0 and self.scaler is not None and _handles_unscaling(optimizer):
+        clipping = clip_val is not None and clip_val > 0
+        if clipping and self.scaler is not None and _handles_unscaling(optimizer):
             msg = (
                 f"Gradient clipping (clip_val={clip_val!r}) is not possible with the fused optimizer "
                 f"{type(optimizer).__name__} under precision='16-mixed': its gradients stay scaled "

@@ -7,7 +7,7 @@ only rank 0 writes or deletes files.
 
 from __future__ import annotations
 
-from abc import abstractmethod
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,7 +22,7 @@ from phalanx.errors import CheckpointError
 __all__ = ["StrategyCheckpointing"]
 
 
-class StrategyCheckpointing:
+class StrategyCheckpointing(ABC):
     """State-dict and checkpoint-file methods mixed into :class:`~phalanx.strategies.strategy.Strategy`."""
 
     # Provided by Strategy.

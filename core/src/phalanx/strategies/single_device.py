@@ -14,7 +14,8 @@ from phalanx.accelerators.accelerator import Accelerator
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO
 from phalanx.errors import MisconfigurationError
 from phalanx.precision.precision import Precision
-from phalanx.strategies.strategy import Strategy, TBroadcast
+from phalanx.strategies._collectives import TBroadcast
+from phalanx.strategies.strategy import Strategy
 
 __all__ = ["SingleDeviceStrategy"]
 
@@ -69,11 +70,16 @@ class SingleDeviceStrategy(Strategy):
         """Move the Module's parameters and buffers to the device."""
         self._require_module().to(self.root_device)
 
-    def all_gather(self, tensor: torch.Tensor, group: Any | None = None, sync_grads: bool = False) -> torch.Tensor:
+    def all_gather(
+        self,
+        tensor: torch.Tensor,
+        group: Any | None = None,
+        sync_grads: bool = False,
+    ) -> torch.Tensor:
         """The tensor itself: with one process there is nothing to gather (no extra dimension)."""
         return tensor
 
-    def reduce(self, tensor: torch.Tensor | Any, group: Any | None = None, reduce_op: Any | None = "mean") -> torch.Tensor | Any:
+    def reduce(self, tensor: Any, group: Any | None = None, reduce_op: Any | None = "mean") -> Any:
         """The tensor unchanged: the mean or sum over one process is the value itself."""
         return tensor
 
@@ -85,4 +91,5 @@ class SingleDeviceStrategy(Strategy):
         """Nothing to wait for."""
 
     def __repr__(self) -> str:
-        return f"SingleDeviceStrategy(device={str(self.root_device)!r}, precision_plugin={self.precision_plugin!r})"
+        device = str(self.root_device)
+        return f"SingleDeviceStrategy(device={device!r}, precision_plugin={self.precision_plugin!r})"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -26,15 +26,15 @@ from phalanx.checkpoint_io.torch_io import TorchCheckpointIO
 from phalanx.errors import MisconfigurationError
 from phalanx.precision.precision import Precision
 from phalanx.strategies._checkpointing import StrategyCheckpointing
+from phalanx.strategies._collectives import StrategyCollectives, TBroadcast
 from phalanx.strategies._hooks import StrategyHooks
+from phalanx.strategies._redirect import call_through_wrapper
 
-__all__ = ["Strategy"]
-
-TBroadcast = TypeVar("TBroadcast")
-_MISSING = object()
+__all__ = ["Strategy", "TBroadcast"]
 
 
-class Strategy(StrategyCheckpointing, StrategyHooks, ABC):
+
+class Strategy(StrategyCollectives, StrategyCheckpointing, StrategyHooks, ABC):
     """Base class of every strategy; owns one Accelerator, one Precision and one CheckpointIO.
 
     Args:
@@ -125,11 +125,6 @@ class Strategy(StrategyCheckpointing, StrategyHooks, ABC):
         return 0
 
     @property
-    def world_size(self) -> int:
-        """Number of processes taking part."""
-        return 1
-
-    @property
     def model(self) -> nn.Module | None:
         """The model as the strategy runs it, possibly wrapped (DDP, FSDP, ...)."""
         return self._model
@@ -164,14 +159,12 @@ class Strategy(StrategyCheckpointing, StrategyHooks, ABC):
 
     @property
     def restore_checkpoint_after_setup(self) -> bool:
-        """Whether a checkpoint must be restored after :meth:`setup` (sharded strategies need the
-        wrapped model to exist first)."""
+        """Whether to restore checkpoints after :meth:`setup` (sharded models must exist first)."""
         return False
 
     @property
     def restore_optimizer(self) -> bool:
-        """Whether the Trainer restores optimizer/scheduler state; strategies that do it themselves
-        return False."""
+        """Whether the Trainer restores optimizer/scheduler state (False: the strategy does it)."""
         return True
 
     @property
@@ -187,7 +180,11 @@ class Strategy(StrategyCheckpointing, StrategyHooks, ABC):
     def _default_accelerator(self) -> Accelerator:
         from phalanx.accelerators import CPUAccelerator, CUDAAccelerator, MPSAccelerator
 
-        choices: dict[str, type[Accelerator]] = {"cpu": CPUAccelerator, "cuda": CUDAAccelerator, "mps": MPSAccelerator}
+        choices: dict[str, type[Accelerator]] = {
+            "cpu": CPUAccelerator,
+            "cuda": CUDAAccelerator,
+            "mps": MPSAccelerator,
+        }
         device_type = self.root_device.type
         if device_type not in choices:
             msg = (
@@ -212,8 +209,7 @@ class Strategy(StrategyCheckpointing, StrategyHooks, ABC):
         return self._module
 
     def setup_environment(self) -> None:
-        """Prepare this process's device before the model is built (parallel strategies also
-        create the process group here)."""
+        """Select this process's device before the model is built (parallel: process group too)."""
         self._require_accelerator().setup_device(self.root_device)
 
     def setup(self, trainer: Any) -> None:
@@ -237,7 +233,8 @@ class Strategy(StrategyCheckpointing, StrategyHooks, ABC):
 
     def setup_optimizers(self, trainer: Any) -> None:
         """Create optimizers and scheduler configs from the Module's ``configure_optimizers``."""
-        self.optimizers, self.lr_scheduler_configs = init_optimizers_and_lr_schedulers(self._require_module())
+        module = self._require_module()
+        self.optimizers, self.lr_scheduler_configs = init_optimizers_and_lr_schedulers(module)
 
     def setup_precision_plugin(self) -> None:
         """Tell the precision the device, then let it wrap the model and optimizers."""
@@ -265,7 +262,10 @@ class Strategy(StrategyCheckpointing, StrategyHooks, ABC):
         if callable(before):
             batch = before(batch, dataloader_idx)
         transfer = getattr(module, "transfer_batch_to_device", None)
-        batch = transfer(batch, target, dataloader_idx) if callable(transfer) else move_data_to_device(batch, target)
+        if callable(transfer):
+            batch = transfer(batch, target, dataloader_idx)
+        else:
+            batch = move_data_to_device(batch, target)
         after = getattr(module, "on_after_batch_transfer", None)
         if callable(after):
             batch = after(batch, dataloader_idx)
@@ -275,7 +275,13 @@ class Strategy(StrategyCheckpointing, StrategyHooks, ABC):
         """Wrap a dataloader if the strategy needs to (XLA's device loader); identity here."""
         return dataloader
 
-    def backward(self, closure_loss: torch.Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> torch.Tensor:
+    def backward(
+        self,
+        closure_loss: torch.Tensor,
+        optimizer: Optimizer | None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> torch.Tensor:
         """Backpropagate through the precision; returns the (unscaled) loss."""
         module = self._module
         self.pre_backward(closure_loss)
@@ -316,20 +322,10 @@ class Strategy(StrategyCheckpointing, StrategyHooks, ABC):
     def _step(self, name: str, *args: Any, **kwargs: Any) -> Any:
         module = self._require_module()
         model = self.model
-        step = getattr(module, name)
         if model is None or model is module:
-            return step(*args, **kwargs)
-        # Call through the wrapper so its forward machinery (DDP's reducer, FSDP's unsharding,
-        # DeepSpeed's hooks) runs: the wrapper calls module(...), which now lands on the step.
-        previous = module.__dict__.get("forward", _MISSING)
-        module.forward = step  # type: ignore[method-assign]
-        try:
-            return model(*args, **kwargs)
-        finally:
-            if previous is _MISSING:
-                del module.forward
-            else:
-                module.forward = previous  # type: ignore[method-assign]
+            return getattr(module, name)(*args, **kwargs)
+        # Through the wrapper, so DDP's reducer, FSDP's unsharding and DeepSpeed's hooks run.
+        return call_through_wrapper(model, module, name, *args, **kwargs)
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         """Run the Module's ``training_step`` inside the precision's training context."""
@@ -350,29 +346,6 @@ class Strategy(StrategyCheckpointing, StrategyHooks, ABC):
         """Run the Module's ``predict_step`` inside the precision's predict context."""
         with self.precision_plugin.predict_step_context():
             return self._step("predict_step", *args, **kwargs)
-
-    @abstractmethod
-    def all_gather(self, tensor: torch.Tensor, group: Any | None = None, sync_grads: bool = False) -> torch.Tensor:
-        """Gather ``tensor`` from every process (stacked on a new first dimension when parallel)."""
-
-    @abstractmethod
-    def reduce(self, tensor: torch.Tensor | Any, group: Any | None = None, reduce_op: Any | None = "mean") -> torch.Tensor | Any:
-        """Reduce ``tensor`` over processes with ``reduce_op`` (``"mean"``, ``"sum"`` or a ReduceOp)."""
-
-    @abstractmethod
-    def broadcast(self, obj: TBroadcast, src: int = 0) -> TBroadcast:
-        """Send ``obj`` from rank ``src`` to every process."""
-
-    @abstractmethod
-    def barrier(self, name: str | None = None) -> None:
-        """Wait until every process reaches this point."""
-
-    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:  # noqa: A002 - Lightning's name
-        """Agree on a boolean across processes: every process (``all=True``) or any process said yes."""
-        tensor = torch.tensor(int(decision), device=self.root_device)
-        total = self.reduce(tensor, reduce_op="sum")
-        count = int(total.item()) if isinstance(total, torch.Tensor) else int(total)
-        return count == self.world_size if all else count > 0
 
     @contextmanager
     def model_sharded_context(self) -> Generator[None, None, None]:
@@ -402,18 +375,18 @@ class Strategy(StrategyCheckpointing, StrategyHooks, ABC):
         """
         optimizers_to_device(self.optimizers, torch.device("cpu"))
         module = self._module
-        if module is not None and self._safe_root_device_type() != "cpu":
+        if module is not None and self._has_non_cpu_device():
             module.cpu()
         self.precision_plugin.teardown()
         if self._accelerator is not None:
             self._accelerator.teardown()
         self.checkpoint_io.teardown()
 
-    def _safe_root_device_type(self) -> str:
+    def _has_non_cpu_device(self) -> bool:
         try:
-            return self.root_device.type
+            return self.root_device.type != "cpu"
         except Exception:  # noqa: BLE001 - a parallel strategy torn down before setup has no device
-            return "cpu"
+            return False
 
     def __repr__(self) -> str:
         return (
