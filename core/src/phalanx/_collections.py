@@ -63,8 +63,9 @@ def apply_to_collection(
         items = [(key, recurse(value)) for key, value in data.items()]
         if isinstance(data, defaultdict):
             return type(data)(data.default_factory, items)
+        mapping_type: Any = type(data)
         try:
-            return type(data)(items)
+            return mapping_type(items)
         except TypeError:
             # Mapping types whose constructor does not take pairs: fall back to a plain dict.
             return dict(items)
@@ -86,7 +87,7 @@ def apply_to_collection(
     return data
 
 
-class _Transferable(ABC):
+class _Transferable(ABC):  # noqa: B024 - an ABC only for its __subclasshook__
     """Anything with a ``to`` method counts as movable (tensors, modules, user batch classes)."""
 
     @classmethod

@@ -150,10 +150,7 @@ def _parse_request(devices: Any, *, what: str) -> int | list[int]:
     if isinstance(devices, int):
         if devices == -1 or devices >= 1:
             return devices
-        msg = (
-            f"devices={devices!r} is not valid for {what}: at least one device is needed. "
-            f"Pass {_ACCEPTED}."
-        )
+        msg = f"devices={devices!r} is not valid for {what}: at least one device is needed. Pass {_ACCEPTED}."
         raise MisconfigurationError(msg)
     if isinstance(devices, (list, tuple)):
         if not devices or not all(isinstance(i, int) and not isinstance(i, bool) for i in devices):
@@ -167,10 +164,7 @@ def _parse_request(devices: Any, *, what: str) -> int | list[int]:
 def _check_indices(indices: list[int], original: Any, what: str) -> list[int]:
     negative = [index for index in indices if index < 0]
     if negative:
-        msg = (
-            f"devices={original!r} contains the negative index {negative[0]} for {what}; "
-            "indices start at 0."
-        )
+        msg = f"devices={original!r} contains the negative index {negative[0]} for {what}; indices start at 0."
         raise MisconfigurationError(msg)
     if len(set(indices)) != len(indices):
         msg = f"devices={original!r} repeats an index for {what}; list each device once, e.g. [0, 1]."

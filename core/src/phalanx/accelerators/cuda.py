@@ -24,7 +24,7 @@ def _num_cuda_devices() -> int:
     if callable(nvml_count):
         try:
             count = int(nvml_count())
-        except Exception:  # noqa: BLE001 - NVML missing or broken: fall back to the runtime
+        except Exception:
             count = -1
         if count >= 0:
             return count
@@ -68,9 +68,6 @@ class CUDAAccelerator(Accelerator):
         """
         target = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
         if target.type != "cuda":
-            msg = (
-                f"CUDAAccelerator.get_device_stats got device {str(target)!r}; "
-                "pass a cuda device such as 'cuda:0'."
-            )
+            msg = f"CUDAAccelerator.get_device_stats got device {str(target)!r}; pass a cuda device such as 'cuda:0'."
             raise MisconfigurationError(msg)
         return dict(torch.cuda.memory_stats(target))

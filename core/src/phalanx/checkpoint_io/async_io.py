@@ -45,7 +45,7 @@ class AsyncCheckpointIO(CheckpointIO):
         def run() -> None:
             try:
                 function(*args, **kwargs)
-            except BaseException as error:  # noqa: BLE001 - stored and re-raised on the caller's thread
+            except BaseException as error:
                 with self._lock:
                     if self._error is None:
                         self._error = error

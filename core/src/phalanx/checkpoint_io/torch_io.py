@@ -14,6 +14,7 @@ import os
 import pickle
 import shutil
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,18 @@ def _fsync_directory(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _is_weights_only_refusal(path: Path, error: BaseException) -> bool:
+    """Tell "valid file with objects weights_only refuses" from "garbage the unpickler choked on".
+
+    torch reports both as "Weights only load failed"; a real refusal names the offending global,
+    or comes from a well-formed torch.save archive (always a zip file since torch 1.6).
+    """
+    text = str(error)
+    if "Weights only load failed" not in text:
+        return False
+    return "Unsupported global" in text or zipfile.is_zipfile(path)
 
 
 def _weights_only_reason(error: BaseException) -> str:
@@ -120,7 +133,7 @@ class TorchCheckpointIO(CheckpointIO):
         try:
             return torch.load(target, map_location=location, weights_only=weights_only)
         except pickle.UnpicklingError as error:
-            if weights_only and "Weights only load failed" in str(error):
+            if weights_only and _is_weights_only_refusal(target, error):
                 msg = (
                     f"Checkpoint {str(target)!r} contains objects that weights_only=True refuses to "
                     f"unpickle ({_weights_only_reason(error)}). If you trust the file's source, load it "

@@ -41,7 +41,7 @@ _PR_SET_PDEATHSIG = 1
 _RANK_ATTR = "_phalanx_rank"
 _QUIET_ATTR = "_phalanx_quiet"
 _hook_lock = threading.Lock()
-_hook_state: dict[str, Any] = {"installed": False, "fast_exit": False}
+_hook_state: dict[str, Any] = {"installed": False, "fast_exit": False, "delay": True}
 
 
 class ProcessHandle(Protocol):
@@ -119,21 +119,31 @@ def print_rank_traceback(
     """Print a traceback with every line prefixed ``[rank N]``, in one write so ranks don't interleave."""
     lines = traceback.format_exception(exc_type, exc, tb)
     text = "".join(lines).rstrip("\n")
-    sys.stderr.write("".join(f"[rank {rank}] {line}\n" for line in text.split("\n")))
-    sys.stderr.flush()
+    _write("".join(f"[rank {rank}] {line}\n" for line in text.split("\n")))
 
 
-def install_rank_excepthook(*, fast_exit: bool) -> None:
+def _write(text: str) -> None:
+    """Write to the real stderr: torch's own rank excepthook swaps ``sys.stderr`` for a buffer that
+    would be lost when a failing rank exits at once."""
+    stream = sys.__stderr__ or sys.stderr
+    stream.write(text)
+    stream.flush()
+
+
+def install_rank_excepthook(*, fast_exit: bool, delay: bool = True) -> None:
     """Print uncaught rank-tagged exceptions with their rank; chain to the previous hook otherwise.
 
     Args:
         fast_exit: End the process right after printing (``os._exit(1)``) instead of running the
-            interpreter's shutdown. Used in ranks started by a launcher: the job is over, and
-            shutdown (process-group destructors, atexit handlers) can block long enough to break
-            the promise that a failing job stops within seconds.
+            interpreter's shutdown. The job is over (a launching parent has already stopped its
+            children by then), and shutdown (process-group destructors, torch's atexit handlers)
+            can take seconds on a loaded machine, breaking the promise of a fast stop.
+        delay: Wait :data:`SECONDARY_FAILURE_DELAY` before printing (see there). A launching
+            parent has already waited for its children, so it passes False.
     """
     with _hook_lock:
         _hook_state["fast_exit"] = _hook_state["fast_exit"] or fast_exit
+        _hook_state["delay"] = delay
         if _hook_state["installed"]:
             return
         _hook_state["installed"] = True
@@ -144,15 +154,14 @@ def install_rank_excepthook(*, fast_exit: bool) -> None:
         if rank is None:
             previous(exc_type, exc, tb)
             return
-        if _hook_state["fast_exit"] and not isinstance(exc, KeyboardInterrupt):
+        if _hook_state["delay"] and not isinstance(exc, KeyboardInterrupt):
             time.sleep(SECONDARY_FAILURE_DELAY)
         if isinstance(exc, KeyboardInterrupt):
-            sys.stderr.write(f"[rank {rank}] interrupted\n")
+            _write(f"[rank {rank}] interrupted\n")
         elif getattr(exc, _QUIET_ATTR, False):
-            sys.stderr.write(f"[rank {rank}] {exc_type.__name__}: {exc}\n")
+            _write(f"[phalanx] {exc_type.__name__}: {exc}\n")
         else:
             print_rank_traceback(rank, exc_type, exc, tb)
-        sys.stderr.flush()
         if _hook_state["fast_exit"]:
             sys.stdout.flush()
             os._exit(130 if isinstance(exc, KeyboardInterrupt) else 1)

@@ -240,6 +240,35 @@ def _restore_env(saved: dict[str, str | None]) -> None:
             os.environ[key] = value
 
 
+def _unshare_modules(*roots: Any) -> None:
+    """Give this worker private copies of every Module tensor that arrived in shared memory.
+
+    torch's pickler sends tensors to spawned processes through shared memory, so without this every
+    worker would train the *same* storage concurrently (Hogwild), racing DDP's own synchronisation.
+    """
+    import torch
+    from torch import nn
+
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, nn.Module):
+            with torch.no_grad():
+                for tensor in [*obj.parameters(), *obj.buffers()]:
+                    if tensor.is_shared():
+                        tensor.data = tensor.data.clone()
+        elif isinstance(obj, (list, tuple)):
+            stack.extend(obj)
+        elif isinstance(obj, dict):
+            stack.extend(obj.values())
+        elif hasattr(obj, "__dict__") and not isinstance(obj, type):
+            stack.extend(v for v in vars(obj).values() if isinstance(v, (nn.Module, list, tuple, dict)))
+
+
 def _worker_entry(
     local_rank: int,
     launcher: MultiProcessingLauncher,
@@ -252,6 +281,8 @@ def _worker_entry(
     """What each worker runs: set its rank, run the stage, send local rank 0's results home."""
     set_parent_death_signal()
     strategy = launcher._strategy
+    if launcher._start_method != "fork":
+        _unshare_modules(strategy, trainer, args, kwargs)
     os.environ["LOCAL_RANK"] = str(local_rank)
     rank = strategy.node_rank * strategy.num_processes + local_rank
     try:

@@ -116,9 +116,8 @@ class SubprocessScriptLauncher(Launcher):
         rank = self._global_rank()
         distributed = self.num_processes * self.num_nodes > 1
         if distributed:
-            # A process that started children must stop them on failure, so only ranks that were
-            # started (by this launcher, torchrun or srun) may skip the interpreter's shutdown.
-            install_rank_excepthook(fast_exit=not _launched_here.is_set())
+            # A launching parent waits for its children's verdict in _on_rank_zero_failure instead.
+            install_rank_excepthook(fast_exit=True, delay=not _launched_here.is_set())
         try:
             return function(*args, **kwargs)
         except BaseException as exc:

@@ -46,10 +46,7 @@ def normalize_precision(value: str | int, *, extra_choices: Iterable[str] = ()) 
         MisconfigurationError: Unknown value; the message lists the valid values and the closest one.
     """
     extras = tuple(extra_choices)
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        key = None
-    else:
-        key = str(value).strip()
+    key = None if isinstance(value, bool) or not isinstance(value, (str, int)) else str(value).strip()
     if key is not None:
         if key in CANONICAL_PRECISIONS or key in extras:
             return key

@@ -68,7 +68,7 @@ class Precision:
     #: Canonical precision name, as accepted by ``Trainer(precision=...)``.
     precision: str = "32-true"
 
-    def setup(self, device: torch.device) -> None:  # noqa: B027 - optional hook
+    def setup(self, device: torch.device) -> None:
         """Learn the device the strategy will run on (autocast needs its type). No-op here."""
 
     def convert_module(self, module: nn.Module) -> nn.Module:
@@ -164,7 +164,7 @@ class Precision:
         """
         return optimizer.step(closure=partial(self._wrap_closure, model, optimizer, closure), **kwargs)
 
-    def unscale_gradients(self, optimizer: Optimizer) -> None:  # noqa: B027 - optional hook
+    def unscale_gradients(self, optimizer: Optimizer) -> None:
         """Bring gradients back to their true scale before they are inspected; no-op without scaling."""
 
     def clip_gradients(
@@ -204,10 +204,10 @@ class Precision:
         """State to store in checkpoints (a loss scaler's); empty here."""
         return {}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
 
-    def teardown(self) -> None:  # noqa: B027 - optional hook
+    def teardown(self) -> None:
         """Release resources at the end of a run."""
 
     def __repr__(self) -> str:

@@ -51,7 +51,7 @@ class StrategyCollectives(ABC):
     def barrier(self, name: str | None = None) -> None:
         """Wait until every process reaches this point."""
 
-    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:  # noqa: A002
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
         """Agree on a boolean across processes: all of them (``all=True``) or any said yes.
 
         The parameter keeps Lightning's name ``all`` so callers' keyword arguments port unchanged.

@@ -15,35 +15,35 @@ __all__ = ["StrategyHooks"]
 class StrategyHooks:
     """No-op ``on_*`` hooks mixed into :class:`~phalanx.strategies.strategy.Strategy`."""
 
-    def on_train_start(self) -> None:  # noqa: B027 - optional hook
+    def on_train_start(self) -> None:
         """Called when training begins."""
 
-    def on_train_end(self) -> None:  # noqa: B027 - optional hook
+    def on_train_end(self) -> None:
         """Called when training ends."""
 
-    def on_validation_start(self) -> None:  # noqa: B027 - optional hook
+    def on_validation_start(self) -> None:
         """Called when validation begins."""
 
-    def on_validation_end(self) -> None:  # noqa: B027 - optional hook
+    def on_validation_end(self) -> None:
         """Called when validation ends."""
 
-    def on_test_start(self) -> None:  # noqa: B027 - optional hook
+    def on_test_start(self) -> None:
         """Called when testing begins."""
 
-    def on_test_end(self) -> None:  # noqa: B027 - optional hook
+    def on_test_end(self) -> None:
         """Called when testing ends."""
 
-    def on_predict_start(self) -> None:  # noqa: B027 - optional hook
+    def on_predict_start(self) -> None:
         """Called when prediction begins."""
 
-    def on_predict_end(self) -> None:  # noqa: B027 - optional hook
+    def on_predict_end(self) -> None:
         """Called when prediction ends."""
 
-    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:  # noqa: B027 - optional hook
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         """Called before anything else happens for a training batch."""
 
-    def on_exception(self, exception: BaseException) -> None:  # noqa: B027 - optional hook
+    def on_exception(self, exception: BaseException) -> None:
         """Called when the run is interrupted by ``exception`` (parallel strategies stop peers)."""
 
-    def post_training_step(self) -> None:  # noqa: B027 - optional hook
+    def post_training_step(self) -> None:
         """Runs after each training step; kept for Lightning compatibility."""

@@ -26,16 +26,26 @@ def call_through_wrapper(
 ) -> Any:
     """Run ``module.<method_name>(*args, **kwargs)`` by calling ``wrapper(*args, **kwargs)``.
 
-    The redirect is an instance attribute removed (or restored, when nested) in ``finally``, so
-    the module's class-level ``forward`` is untouched afterwards even if the step raises.
+    The redirect undoes itself as soon as the wrapper reaches the module, before the step runs,
+    because the step usually calls ``self(x)`` and must get the real ``forward``. A ``finally``
+    also undoes it when the wrapper fails before getting there. The redirect is an instance
+    attribute, so the module's class-level ``forward`` is never touched.
     """
     step = getattr(module, method_name)
     previous = module.__dict__.get("forward", _MISSING)
-    module.forward = step  # type: ignore[method-assign]
+
+    def restore() -> None:
+        if previous is _MISSING:
+            module.__dict__.pop("forward", None)
+        else:
+            module.forward = previous  # type: ignore[method-assign]
+
+    def redirected_forward(*inner_args: Any, **inner_kwargs: Any) -> Any:
+        restore()
+        return step(*inner_args, **inner_kwargs)
+
+    module.forward = redirected_forward  # type: ignore[method-assign]
     try:
         return wrapper(*args, **kwargs)
     finally:
-        if previous is _MISSING:
-            del module.forward
-        else:
-            module.forward = previous  # type: ignore[method-assign]
+        restore()

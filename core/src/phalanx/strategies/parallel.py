@@ -22,7 +22,9 @@ from phalanx.checkpoint_io.checkpoint_io import CheckpointIO
 from phalanx.environments.cluster_environment import ClusterEnvironment
 from phalanx.precision.precision import Precision
 from phalanx.strategies._distributed import inject_distributed_sampler, resolve_reduce_op
-from phalanx.strategies.strategy import Strategy, TBroadcast
+from phalanx.strategies._rendezvous import next_group_store
+from phalanx.strategies._collectives import TBroadcast
+from phalanx.strategies.strategy import Strategy
 
 __all__ = ["ParallelStrategy"]
 
@@ -135,26 +137,21 @@ class ParallelStrategy(Strategy):
     def _init_process_group(self, backend: str, timeout: timedelta | None = None) -> None:
         """Create the default process group unless one exists (then it is someone else's to destroy).
 
-        Uses an explicit ``tcp://`` rendezvous from the cluster environment rather than ``env://``,
-        so that phalanx never has to write ``MASTER_ADDR`` / ``MASTER_PORT`` into this process's
-        environment.
+        The rendezvous address comes from the cluster environment, through a store kept for the
+        whole process (see :mod:`phalanx.strategies._rendezvous`), so phalanx never writes
+        ``MASTER_ADDR`` / ``MASTER_PORT`` into this process's environment and a second entry point
+        can safely create a new group.
         """
         if dist.is_initialized():
             return
         env = self.cluster_environment
-        host = env.main_address
-        host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        store = next_group_store(env.main_address, env.main_port, is_rank_zero=self.global_rank == 0, timeout=timeout)
         kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
-        dist.init_process_group(
-            backend,
-            init_method=f"tcp://{host}:{env.main_port}",
-            world_size=self.world_size,
-            rank=self.global_rank,
-            **kwargs,
-        )
+        dist.init_process_group(backend, store=store, world_size=self.world_size, rank=self.global_rank, **kwargs)
         self._created_process_group = True
 
     def _destroy_process_group(self) -> None:
+        """Destroy the group this strategy created (a group the user created is left alone)."""
         if self._created_process_group and dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
         self._created_process_group = False

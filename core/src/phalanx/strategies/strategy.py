@@ -33,7 +33,6 @@ from phalanx.strategies._redirect import call_through_wrapper
 __all__ = ["Strategy", "TBroadcast"]
 
 
-
 class Strategy(StrategyCollectives, StrategyCheckpointing, StrategyHooks, ABC):
     """Base class of every strategy; owns one Accelerator, one Precision and one CheckpointIO.
 
@@ -262,10 +261,7 @@ class Strategy(StrategyCollectives, StrategyCheckpointing, StrategyHooks, ABC):
         if callable(before):
             batch = before(batch, dataloader_idx)
         transfer = getattr(module, "transfer_batch_to_device", None)
-        if callable(transfer):
-            batch = transfer(batch, target, dataloader_idx)
-        else:
-            batch = move_data_to_device(batch, target)
+        batch = transfer(batch, target, dataloader_idx) if callable(transfer) else move_data_to_device(batch, target)
         after = getattr(module, "on_after_batch_transfer", None)
         if callable(after):
             batch = after(batch, dataloader_idx)
@@ -291,10 +287,10 @@ class Strategy(StrategyCollectives, StrategyCheckpointing, StrategyHooks, ABC):
         self.post_backward(closure_loss)
         return closure_loss
 
-    def pre_backward(self, closure_loss: torch.Tensor) -> None:  # noqa: B027 - optional hook
+    def pre_backward(self, closure_loss: torch.Tensor) -> None:
         """Runs before the precision's backward (DDP prepares its reducer here)."""
 
-    def post_backward(self, closure_loss: torch.Tensor) -> None:  # noqa: B027 - optional hook
+    def post_backward(self, closure_loss: torch.Tensor) -> None:
         """Runs after the precision's backward."""
 
     def optimizer_step(
@@ -385,7 +381,7 @@ class Strategy(StrategyCollectives, StrategyCheckpointing, StrategyHooks, ABC):
     def _has_non_cpu_device(self) -> bool:
         try:
             return self.root_device.type != "cpu"
-        except Exception:  # noqa: BLE001 - a parallel strategy torn down before setup has no device
+        except Exception:
             return False
 
     def __repr__(self) -> str:

@@ -1,0 +1,141 @@
+"""CSVLogger: metrics in a plain ``metrics.csv``, readable with any tool and no dependency.
+
+Files go to ``<save_dir>/<name>/version_<N>/metrics.csv``; ``N`` is the next free number so runs
+never overwrite each other. Rows are buffered and flushed every ``flush_logs_every_n_steps`` so
+logging costs no file I/O on most steps. When a metric appears that the header lacks, the file is
+rewritten with the widened header, so every row stays aligned with its columns.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from phalanx.errors import MisconfigurationError
+from phalanx.loggers.logger import Logger
+
+__all__ = ["CSVLogger"]
+
+_VERSION_DIR = re.compile(r"^version_(\d+)$")
+
+
+class CSVLogger(Logger):
+    """Log metrics to CSV.
+
+    Args:
+        save_dir: Root directory (the Trainer passes ``default_root_dir``).
+        name: Subdirectory for this experiment; default ``"phalanx_logs"``.
+        version: Fixed version (int or str); None picks the next free ``version_N``.
+        flush_logs_every_n_steps: Write buffered rows every N calls of :meth:`log_metrics`.
+
+    Raises:
+        MisconfigurationError: Invalid argument types.
+    """
+
+    def __init__(
+        self,
+        save_dir: str | os.PathLike[str],
+        *,
+        name: str = "phalanx_logs",
+        version: int | str | None = None,
+        flush_logs_every_n_steps: int = 100,
+    ) -> None:
+        if not isinstance(save_dir, (str, os.PathLike)):
+            msg = f"CSVLogger(save_dir={save_dir!r}) must be a path (str or os.PathLike)."
+            raise MisconfigurationError(msg)
+        if isinstance(flush_logs_every_n_steps, bool) or not isinstance(flush_logs_every_n_steps, int) or flush_logs_every_n_steps < 1:
+            msg = f"CSVLogger(flush_logs_every_n_steps={flush_logs_every_n_steps!r}) must be an int >= 1."
+            raise MisconfigurationError(msg)
+        self._save_dir = os.fspath(save_dir)
+        self._name = name
+        self._version = version
+        self._flush_every = flush_logs_every_n_steps
+        self._rows: list[dict[str, Any]] = []
+        self._written_rows: list[dict[str, Any]] = []
+        self._columns: list[str] = []
+        self._calls = 0
+        self.hparams: dict[str, Any] = {}
+
+    @property
+    def name(self) -> str:
+        """Experiment directory name."""
+        return self._name
+
+    @property
+    def save_dir(self) -> str:
+        """The root directory."""
+        return self._save_dir
+
+    @property
+    def version(self) -> int | str:
+        """This run's version; the next free integer, fixed on first access."""
+        if self._version is None:
+            self._version = self._next_version()
+        return self._version
+
+    @property
+    def log_dir(self) -> str:
+        """``<save_dir>/<name>/version_<N>``."""
+        version = self.version
+        folder = version if isinstance(version, str) else f"version_{version}"
+        return os.path.join(self._save_dir, self._name, folder)
+
+    @property
+    def metrics_file_path(self) -> str:
+        """Path of ``metrics.csv``."""
+        return os.path.join(self.log_dir, "metrics.csv")
+
+    def _next_version(self) -> int:
+        root = Path(self._save_dir) / self._name
+        if not root.is_dir():
+            return 0
+        found = [int(m.group(1)) for p in root.iterdir() if p.is_dir() and (m := _VERSION_DIR.match(p.name))]
+        return max(found) + 1 if found else 0
+
+    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+        """Keep hyperparameters; written to ``hparams.csv`` on save."""
+        self.hparams.update(params)
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """Buffer one row; flush every ``flush_logs_every_n_steps`` calls."""
+        row: dict[str, Any] = {"step": step}
+        row.update(metrics)
+        self._rows.append(row)
+        self._calls += 1
+        if self._calls % self._flush_every == 0:
+            self.save()
+
+    def save(self) -> None:
+        """Append buffered rows, rewriting the file when new columns appeared.
+
+        Also creates the run directory, which reserves this version for the run.
+        """
+        os.makedirs(self.log_dir, exist_ok=True)
+        if self.hparams:
+            with open(os.path.join(self.log_dir, "hparams.csv"), "w", newline="") as handle:
+                writer = csv.writer(handle)
+                writer.writerow(["name", "value"])
+                writer.writerows((key, value) for key, value in self.hparams.items())
+        if not self._rows:
+            return
+        new_keys = [key for row in self._rows for key in row if key not in self._columns]
+        rewrite = bool(new_keys) or not self._written_rows
+        for key in dict.fromkeys(new_keys):
+            self._columns.append(key)
+        self._columns.sort(key=lambda k: (k != "epoch", k != "step", k))
+        rows = self._written_rows + self._rows if rewrite else self._rows
+        with open(self.metrics_file_path, "w" if rewrite else "a", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=self._columns, restval="")
+            if rewrite:
+                writer.writeheader()
+            writer.writerows(rows)
+        self._written_rows.extend(self._rows)
+        self._rows = []
+
+    def finalize(self, status: str) -> None:
+        """Flush everything at the end of a stage."""
+        self.save()

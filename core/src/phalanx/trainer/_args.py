@@ -1,0 +1,198 @@
+"""Up-front validation of every ``Trainer(...)`` argument.
+
+A typo in an argument should fail in ``Trainer(...)``, not hours later when the value is first
+used. Each check raises one :class:`MisconfigurationError` naming the argument, the bad value, what
+is accepted and a concrete fix, and returns the normalised value.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from phalanx.errors import MisconfigurationError
+
+__all__ = [
+    "add_default_callbacks",
+    "check_bool",
+    "check_callbacks",
+    "check_clip",
+    "check_deterministic",
+    "check_int",
+    "check_limit",
+    "check_loggers",
+    "check_max_epochs",
+    "check_root_dir",
+    "check_val_check_interval",
+]
+
+
+def _fail(name: str, value: Any, expected: str, fix: str) -> MisconfigurationError:
+    shown = f"{value!r} (type {type(value).__name__})"
+    return MisconfigurationError(f"Trainer({name}={shown}) is invalid: expected {expected}. Fix: {fix}.")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` must be a real bool (``1`` or ``"yes"`` are typos, not flags)."""
+    if not isinstance(value, bool):
+        raise _fail(name, value, "True or False", f"pass {name}=True or {name}=False")
+    return value
+
+
+def check_int(name: str, value: Any, *, minimum: int, allow_none: bool = False, example: int = 1) -> int | None:
+    """An int >= ``minimum`` (or None when allowed)."""
+    if value is None and allow_none:
+        return None
+    if not _is_int(value) or value < minimum:
+        expected = f"an int >= {minimum}" + (" or None" if allow_none else "")
+        raise _fail(name, value, expected, f"pass e.g. {name}={example}")
+    return int(value)
+
+
+def check_max_epochs(value: Any) -> int | None:
+    """None (decided with max_steps), -1 (no limit) or an int >= 0."""
+    if value is None:
+        return None
+    if not _is_int(value) or value < -1:
+        raise _fail("max_epochs", value, "an int >= 0, -1 (no limit) or None", "pass e.g. max_epochs=10")
+    return int(value)
+
+
+def check_limit(name: str, value: Any) -> int | float:
+    """``limit_*_batches``: a fraction in [0, 1] of the batches or an absolute int count."""
+    if value is None:
+        return 1.0
+    if _is_int(value):
+        if value < 0:
+            raise _fail(name, value, "a float in [0.0, 1.0] or an int >= 0", f"pass e.g. {name}=0.25 or {name}=10")
+        return int(value)
+    if isinstance(value, float):
+        if not 0.0 <= value <= 1.0:
+            raise _fail(
+                name, value, "a float in [0.0, 1.0] (a fraction) or an int >= 0 (a count)", f"pass e.g. {name}=0.5"
+            )
+        return value
+    raise _fail(name, value, "a float in [0.0, 1.0] or an int >= 0", f"pass e.g. {name}=1.0")
+
+
+def check_val_check_interval(value: Any) -> int | float:
+    """A fraction of the epoch in (0, 1] or an int number of training batches > 0."""
+    if value is None:
+        return 1.0
+    if _is_int(value) and value > 0:
+        return int(value)
+    if isinstance(value, float) and 0.0 < value <= 1.0:
+        return value
+    raise _fail(
+        "val_check_interval",
+        value,
+        "a float in (0.0, 1.0] (fraction of an epoch) or an int > 0 (training batches)",
+        "pass e.g. val_check_interval=0.25 or val_check_interval=100; to disable validation use limit_val_batches=0",
+    )
+
+
+def check_clip(value: Any, algorithm: Any) -> tuple[float | None, str]:
+    """``gradient_clip_val`` >= 0 (None/0 disable) and ``gradient_clip_algorithm`` in norm/value."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+        raise _fail("gradient_clip_val", value, "a number >= 0 or None", "pass e.g. gradient_clip_val=1.0")
+    algorithm_name = getattr(algorithm, "value", algorithm)
+    if not isinstance(algorithm_name, str) or algorithm_name.lower() not in ("norm", "value"):
+        raise _fail(
+            "gradient_clip_algorithm", algorithm, "'norm' or 'value'", "pass gradient_clip_algorithm='norm' or 'value'"
+        )
+    return (float(value) if value is not None else None), algorithm_name.lower()
+
+
+def check_root_dir(value: Any) -> str:
+    """A path; None means the current directory (as in Lightning)."""
+    if value is None:
+        return os.getcwd()
+    if not isinstance(value, (str, os.PathLike)):
+        raise _fail("default_root_dir", value, "a path (str or os.PathLike) or None", "pass default_root_dir='runs'")
+    return os.fspath(value)
+
+
+def check_deterministic(value: Any) -> bool | str:
+    """True, False or ``"warn"`` (deterministic algorithms that only warn when unavailable)."""
+    if isinstance(value, bool) or value == "warn":
+        return value  # type: ignore[no-any-return]
+    raise _fail("deterministic", value, "True, False or 'warn'", "pass deterministic=True")
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+def check_callbacks(value: Any) -> list[Any]:
+    """A Callback or a list of them."""
+    from phalanx.callbacks.callback import Callback
+
+    callbacks = _as_list(value)
+    for item in callbacks:
+        if not isinstance(item, Callback):
+            raise _fail(
+                "callbacks",
+                value,
+                "a phalanx.callbacks.Callback or a list of them",
+                f"subclass phalanx.callbacks.Callback (got an item of type {type(item).__name__})",
+            )
+    return callbacks
+
+
+def check_loggers(value: Any, root_dir: str) -> list[Any]:
+    """True (a CSVLogger under ``default_root_dir``), False/None, a Logger or a list of Loggers."""
+    from phalanx.loggers import CSVLogger, Logger
+
+    if value is True:
+        return [CSVLogger(root_dir)]
+    if value is False or value is None:
+        return []
+    loggers = _as_list(value) if isinstance(value, (list, tuple, Logger)) else None
+    if loggers is None or not all(isinstance(item, Logger) for item in loggers):
+        raise _fail("logger", value, "True, False, a phalanx.loggers.Logger or a list of them", "pass logger=True")
+    return loggers
+
+
+def check_plugins(value: Any) -> list[Any]:
+    """None, one plugin or a list; each item is checked by the connector against the registries."""
+    items = _as_list(value)
+    if not isinstance(value, (list, tuple)) and isinstance(value, Iterable) and not isinstance(value, str):
+        raise _fail("plugins", value, "a plugin, a registered plugin name, or a list of them", "pass plugins=[...]")
+    return items
+
+
+def add_default_callbacks(callbacks: list[Any], checkpointing_on: bool, bar_on: bool) -> list[Any]:
+    """Add the default progress bar / ModelCheckpoint and put checkpointing callbacks last.
+
+    Checkpointing runs after every other callback so the state it saves is final for the step.
+
+    Raises:
+        MisconfigurationError: A ModelCheckpoint/TQDMProgressBar given while its flag is False.
+    """
+    from phalanx.callbacks.model_checkpoint import ModelCheckpoint
+    from phalanx.callbacks.progress import TQDMProgressBar
+
+    has_ckpt = any(isinstance(cb, ModelCheckpoint) for cb in callbacks)
+    has_bar = any(isinstance(cb, TQDMProgressBar) for cb in callbacks)
+    if has_ckpt and not checkpointing_on:
+        msg = "Trainer(enable_checkpointing=False) conflicts with the ModelCheckpoint in callbacks; drop one of them."
+        raise MisconfigurationError(msg)
+    if has_bar and not bar_on:
+        msg = "Trainer(enable_progress_bar=False) conflicts with the TQDMProgressBar in callbacks; drop one of them."
+        raise MisconfigurationError(msg)
+    callbacks = list(callbacks)
+    if bar_on and not has_bar:
+        callbacks.append(TQDMProgressBar())
+    if checkpointing_on and not has_ckpt:
+        callbacks.append(ModelCheckpoint())
+    last = [cb for cb in callbacks if isinstance(cb, ModelCheckpoint)]
+    return [cb for cb in callbacks if not isinstance(cb, ModelCheckpoint)] + last

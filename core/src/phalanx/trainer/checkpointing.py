@@ -1,0 +1,299 @@
+"""What a checkpoint holds, how it is checked, and how a run is restored from it.
+
+A checkpoint records the exact loop position (epoch, optimizer step, batches consumed in the epoch,
+which post-batch work was done) and the random state at the start of the epoch and at save time.
+Resuming replays the epoch's shuffle with the saved random state, skips the consumed batches at the
+sampler level and continues with the saved random state, so a resumed run computes the same losses
+and weights bit for bit as one that never stopped (same world size, deterministic data pipeline).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from phalanx.errors import CheckpointError, MisconfigurationError
+
+if TYPE_CHECKING:
+    from phalanx.trainer.trainer import Trainer
+
+__all__ = [
+    "FORMAT_VERSION",
+    "capture_rng",
+    "check_matches_module",
+    "dump_checkpoint",
+    "find_last_checkpoint",
+    "load_checkpoint",
+    "resolve_ckpt_path",
+    "restore_module",
+    "restore_rng",
+    "restore_training_state",
+]
+
+#: Bumped when the layout changes incompatibly; newer files are refused with a clear message.
+FORMAT_VERSION = 1
+
+
+# ---------------------------------------------------------------------- random state
+def capture_rng(generators: list[torch.Generator] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+    """Every random stream training may use, in a form ``torch.load(weights_only=True)`` accepts."""
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    np = sys.modules.get("numpy")
+    if np is not None:
+        name, keys, pos, has_gauss, cached = np.random.get_state()
+        state["numpy"] = [name, torch.from_numpy(keys.astype("int64")), int(pos), int(has_gauss), float(cached)]
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    state["generators"] = [generator.get_state() for generator in generators]
+    return state
+
+
+def restore_rng(state: dict[str, Any] | None, generators: list[torch.Generator] = ()) -> None:  # type: ignore[assignment]
+    """Put back what :func:`capture_rng` returned (missing entries are left alone)."""
+    if not state:
+        return
+    torch.set_rng_state(state["torch"])
+    python = state.get("python")
+    if python is not None:
+        random.setstate((python[0], tuple(python[1]), python[2]))
+    np = sys.modules.get("numpy")
+    if np is not None and state.get("numpy") is not None:
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((name, keys.numpy().astype("uint32"), pos, has_gauss, cached))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    for generator, saved in zip(generators, state.get("generators", [])):
+        generator.set_state(saved)
+
+
+# ---------------------------------------------------------------------- writing
+def dump_checkpoint(trainer: Trainer, *, weights_only: bool = False) -> dict[str, Any]:
+    """The checkpoint dict for the current state (see docs/trainer.md for the layout)."""
+    from phalanx import __version__
+
+    module = trainer._require_module("save_checkpoint")
+    strategy = trainer.strategy
+    checkpoint: dict[str, Any] = {
+        "phalanx_version": __version__,
+        "format_version": FORMAT_VERSION,
+        "strategy": trainer._strategy_name,
+        "world_size": trainer.world_size,
+        "module_class": f"{type(module).__module__}.{type(module).__qualname__}",
+        "epoch": trainer.current_epoch,
+        "global_step": trainer.global_step,
+        "state_dict": strategy.module_state_dict(),
+    }
+    if not weights_only:
+        checkpoint["loops"] = {"fit": trainer.fit_loop.state_dict()}
+        checkpoint["rng_states"] = trainer.fit_loop.rng_states()
+        checkpoint["optimizer_states"] = [strategy.optimizer_state(opt) for opt in strategy.optimizers]
+        checkpoint["lr_schedulers"] = [config.scheduler.state_dict() for config in strategy.lr_scheduler_configs]
+        checkpoint["precision_plugin"] = strategy.precision_plugin.state_dict()
+        checkpoint["metrics"] = trainer._logger_connector.state_dict()
+        if trainer.fit_loop.mid_accumulation:
+            # gradients of an unfinished accumulation window are training state too
+            checkpoint["accumulated_grads"] = {
+                name: param.grad for name, param in module.named_parameters() if param.grad is not None
+            }
+        states = {}
+        for callback in trainer.callbacks:
+            state = callback.state_dict()
+            if state:
+                states[callback.state_key] = state
+        checkpoint["callbacks"] = states
+        for callback in trainer.callbacks:
+            callback.on_save_checkpoint(trainer, module, checkpoint)
+    module.on_save_checkpoint(checkpoint)
+    return checkpoint
+
+
+# ---------------------------------------------------------------------- finding
+def _default_dirs(trainer: Trainer) -> list[Path]:
+    dirs: list[Path] = []
+    for callback in trainer.checkpoint_callbacks:
+        if callback.dirpath:
+            dirs.append(Path(callback.dirpath))
+    roots = {Path(trainer.default_root_dir) / "phalanx_logs"}
+    for logger in trainer.loggers:
+        if logger.save_dir is not None:
+            roots.add(Path(logger.save_dir) / logger.name)
+    for root in roots:
+        if root.is_dir():
+            dirs.extend(sorted(p / "checkpoints" for p in root.iterdir() if p.is_dir()))
+    dirs.append(Path(trainer.default_root_dir) / "checkpoints")
+    return dirs
+
+
+def find_last_checkpoint(trainer: Trainer) -> str | None:
+    """The most recently written ``*.ckpt`` in the checkpoint directories this Trainer uses."""
+    candidates = [path for d in _default_dirs(trainer) if d.is_dir() for path in d.glob("*.ckpt")]
+    if not candidates:
+        return None
+    newest = max(candidates, key=lambda p: (p.stat().st_mtime_ns, p.name.startswith("last")))
+    return str(newest)
+
+
+def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, fn: str) -> str | None:
+    """Turn ``ckpt_path`` (a path, ``"last"``, ``"best"`` or None) into a path, failing early.
+
+    Raises:
+        MisconfigurationError: Wrong type, or ``"best"`` without a ModelCheckpoint that saved one.
+        CheckpointError: A local path that does not exist.
+    """
+    if ckpt_path is None:
+        return None
+    if not isinstance(ckpt_path, (str, os.PathLike)):
+        msg = (
+            f"{fn}(ckpt_path={ckpt_path!r}) (type {type(ckpt_path).__name__}) is invalid: expected a path, "
+            "'last' or 'best'. Fix: pass ckpt_path='path/to/file.ckpt' or ckpt_path='last'."
+        )
+        raise MisconfigurationError(msg)
+    if ckpt_path == "last":
+        path = find_last_checkpoint(trainer)
+        if path is None:
+            warnings.warn(
+                f"{fn}(ckpt_path='last'): no checkpoint found under {trainer.default_root_dir!r}; starting "
+                "from scratch.",
+                stacklevel=3,
+            )
+        return path
+    if ckpt_path == "best":
+        callback = trainer.checkpoint_callback
+        if fn == "fit" or callback is None or not callback.best_model_path:
+            msg = (
+                f"{fn}(ckpt_path='best') needs a ModelCheckpoint that already saved a best model"
+                + (" and is for evaluation only" if fn == "fit" else "")
+                + ". Fix: pass an explicit path, or 'last'."
+            )
+            raise MisconfigurationError(msg)
+        return callback.best_model_path
+    path = os.fspath(ckpt_path)
+    if "://" not in path and not os.path.exists(path):
+        msg = (
+            f"{fn}(ckpt_path={path!r}): no such file. Check the path, or pass ckpt_path='last' to resume from "
+            "the newest checkpoint."
+        )
+        raise CheckpointError(msg)
+    return path
+
+
+# ---------------------------------------------------------------------- loading
+def load_checkpoint(trainer: Trainer, path: str, *, fn: str) -> dict[str, Any]:
+    """Read and sanity-check a checkpoint (every rank reads).
+
+    Raises:
+        CheckpointError: Unreadable, not a phalanx checkpoint, weights-only when resuming, or newer.
+    """
+    checkpoint = trainer.strategy.load_checkpoint(path)
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        keys = sorted(checkpoint)[:8] if isinstance(checkpoint, dict) else type(checkpoint).__name__
+        msg = (
+            f"{path!r} is not a phalanx checkpoint (found {keys}, no 'state_dict'). A bare state dict can be "
+            "loaded with module.load_state_dict(torch.load(path)); or pick a file saved by the Trainer."
+        )
+        raise CheckpointError(msg)
+    if checkpoint.get("format_version", FORMAT_VERSION) > FORMAT_VERSION:
+        msg = (
+            f"{path!r} uses checkpoint format {checkpoint['format_version']} from phalanx "
+            f"{checkpoint.get('phalanx_version')}, newer than this phalanx understands ({FORMAT_VERSION}). "
+            "Upgrade phalanx-core."
+        )
+        raise CheckpointError(msg)
+    if fn == "fit" and ("loops" not in checkpoint or "optimizer_states" not in checkpoint):
+        msg = (
+            f"{path!r} holds weights only (no optimizer state or loop position), so training cannot resume "
+            "from it. Load the weights with module.load_state_dict(torch.load(path)['state_dict']) and call "
+            "fit() without ckpt_path, or resume from a full checkpoint (save_weights_only=False)."
+        )
+        raise CheckpointError(msg)
+    return checkpoint
+
+
+def check_matches_module(checkpoint: dict[str, Any], module: torch.nn.Module, path: str) -> None:
+    """Refuse a checkpoint of another model, listing what differs.
+
+    Raises:
+        CheckpointError: Missing/unexpected keys (with strict loading) or differently shaped tensors.
+    """
+    expected = module.state_dict()
+    found = checkpoint["state_dict"]
+    missing = [key for key in expected if key not in found]
+    unexpected = [key for key in found if key not in expected]
+    reshaped = [
+        f"{key}: checkpoint {tuple(found[key].shape)} vs model {tuple(expected[key].shape)}"
+        for key in expected
+        if key in found
+        and isinstance(found[key], torch.Tensor)
+        and isinstance(expected[key], torch.Tensor)
+        and found[key].shape != expected[key].shape
+    ]
+    strict = getattr(module, "strict_loading", True)
+    if reshaped or (strict and (missing or unexpected)):
+        saved_from = checkpoint.get("module_class", "an unknown class")
+        parts = [f"Checkpoint {path!r} (saved from {saved_from}) does not match {type(module).__qualname__}:"]
+        if missing:
+            parts.append(f"missing keys {missing[:5]}{' ...' if len(missing) > 5 else ''};")
+        if unexpected:
+            parts.append(f"unexpected keys {unexpected[:5]}{' ...' if len(unexpected) > 5 else ''};")
+        if reshaped:
+            parts.append(f"shape mismatch {reshaped[:3]};")
+        parts.append("Fix: pass a checkpoint of this model, or set module.strict_loading = False for key differences.")
+        raise CheckpointError(" ".join(parts))
+
+
+def restore_module(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
+    """Load the weights (after ``on_load_checkpoint`` lets the Module adapt the dict)."""
+    module = trainer._require_module("restore")
+    module.on_load_checkpoint(checkpoint)
+    try:
+        trainer.strategy.load_model_state_dict(checkpoint, strict=getattr(module, "strict_loading", True))
+    except RuntimeError as error:
+        first = str(error).splitlines()[0]
+        msg = f"Loading the weights of {path!r} into {type(module).__qualname__} failed: {first}. Pass a checkpoint of this model."
+        raise CheckpointError(msg) from error
+
+
+def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
+    """Restore callbacks, precision, optimizers, schedulers, metrics and the loop position."""
+    module = trainer._require_module("restore")
+    strategy = trainer.strategy
+    states = checkpoint.get("callbacks", {})
+    for callback in trainer.callbacks:
+        if callback.state_key in states:
+            callback.load_state_dict(states[callback.state_key])
+        callback.on_load_checkpoint(trainer, module, checkpoint)
+    strategy.precision_plugin.load_state_dict(checkpoint.get("precision_plugin", {}))
+    if strategy.restore_optimizer:
+        strategy.load_optimizer_state_dict(checkpoint)
+        schedulers = checkpoint.get("lr_schedulers", [])
+        configs = strategy.lr_scheduler_configs
+        if len(schedulers) != len(configs):
+            msg = (
+                f"{path!r} holds {len(schedulers)} LR scheduler state(s) but configure_optimizers created "
+                f"{len(configs)}; return the schedulers the checkpoint was trained with."
+            )
+            raise CheckpointError(msg)
+        for config, state in zip(configs, schedulers):
+            config.scheduler.load_state_dict(state)
+    grads = checkpoint.get("accumulated_grads")
+    if grads:
+        for name, param in module.named_parameters():
+            if name in grads:
+                param.grad = grads[name].to(device=param.device, dtype=param.dtype)
+    saved_world = checkpoint.get("world_size", trainer.world_size)
+    loop_state = checkpoint["loops"]["fit"]
+    if saved_world != trainer.world_size and loop_state.get("batches_done", 0) > 0:
+        warnings.warn(
+            f"{path!r} was saved mid-epoch with world_size={saved_world}, now {trainer.world_size}: each rank skips "
+            f"{loop_state['batches_done']} batches of its new shard, so the rest of this epoch sees different data "
+            "than the original run would have.",
+            stacklevel=2,
+        )
+    trainer.fit_loop.load_state_dict(loop_state, checkpoint.get("rng_states"))
+    trainer._logger_connector.load_state_dict(checkpoint.get("metrics", {}), strategy.root_device)

@@ -1,0 +1,238 @@
+"""Dataloaders: where they come from, how many batches count, distributed samplers, resuming.
+
+The Trainer accepts any iterable of batches; ``torch.utils.data.DataLoader`` gets extra care. With
+several processes its sampler is replaced by a ``DistributedSampler`` so each rank sees its own
+shard. On a mid-epoch resume the already-consumed batches are skipped at the *sampler* level, so no
+data is loaded twice and the remaining batches are exactly those of the uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Iterable, Iterator, Sized
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from phalanx.errors import MisconfigurationError
+
+__all__ = [
+    "SkipBatchSampler",
+    "as_loader_list",
+    "generators_of",
+    "iterate_skipping",
+    "limit_batches",
+    "num_batches",
+    "prepare_loader",
+    "set_sampler_epoch",
+]
+
+_REBUILD_SKIP = {"dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"}
+
+
+def _is_loader_like(value: Any) -> bool:
+    return isinstance(value, Iterable) and not isinstance(value, (str, bytes, torch.Tensor))
+
+
+def as_loader_list(value: Any, *, argument: str, multiple: bool) -> list[Any]:
+    """Normalise a user's dataloader argument to a list of iterables.
+
+    For evaluation a list/tuple of DataLoaders means several dataloaders; any other iterable is one
+    dataloader (a list of batches works too).
+
+    Raises:
+        MisconfigurationError: ``value`` is not iterable, or several training loaders were given.
+    """
+    if multiple and isinstance(value, (list, tuple)) and value and all(isinstance(v, DataLoader) for v in value):
+        return list(value)
+    if not multiple and isinstance(value, (list, tuple)) and value and all(isinstance(v, DataLoader) for v in value):
+        if len(value) == 1:
+            return [value[0]]
+        msg = (
+            f"{argument} holds {len(value)} DataLoaders, but training iterates one. Combine the datasets "
+            "(torch.utils.data.ConcatDataset) into one DataLoader."
+        )
+        raise MisconfigurationError(msg)
+    if not _is_loader_like(value):
+        msg = (
+            f"{argument}={value!r} (type {type(value).__name__}) is not an iterable of batches; pass a "
+            "torch.utils.data.DataLoader (or a list of them for evaluation)."
+        )
+        raise MisconfigurationError(msg)
+    return [value]
+
+
+def num_batches(loader: Any) -> float:
+    """``len(loader)``, or ``inf`` for loaders without a length (iterable datasets)."""
+    if isinstance(loader, Sized):
+        try:
+            return float(len(loader))
+        except TypeError:
+            return math.inf
+    return math.inf
+
+
+def limit_batches(limit: int | float, total: float, *, name: str) -> float:
+    """Apply ``limit_*_batches`` (a count, or a fraction of ``total``).
+
+    Raises:
+        MisconfigurationError: A fraction other than 0/1 for a loader without length, or a fraction
+            so small it rounds to zero batches.
+    """
+    if isinstance(limit, int):
+        return float(min(total, limit))
+    if limit == 1.0:
+        return total
+    if limit == 0.0:
+        return 0.0
+    if math.isinf(total):
+        msg = (
+            f"Trainer({name}={limit}) is a fraction, but the dataloader has no length (an iterable dataset). "
+            f"Pass an int count instead, e.g. {name}=100."
+        )
+        raise MisconfigurationError(msg)
+    count = int(total * limit)
+    if count == 0:
+        msg = (
+            f"Trainer({name}={limit}) of {int(total)} batches rounds to 0 batches. Pass a larger fraction "
+            f"(at least {1 / total:.3g}) or an int count."
+        )
+        raise MisconfigurationError(msg)
+    return float(count)
+
+
+def _rebuild(loader: DataLoader, **changes: Any) -> DataLoader:
+    """A new plain DataLoader with the same settings as ``loader`` except ``changes``."""
+    params = inspect.signature(DataLoader.__init__).parameters
+    kwargs = {
+        name: getattr(loader, name)
+        for name in params
+        if name not in _REBUILD_SKIP and name != "self" and hasattr(loader, name)
+    }
+    if kwargs.get("num_workers", 0) == 0:
+        kwargs.pop("prefetch_factor", None)
+        kwargs["persistent_workers"] = False
+    kwargs.update(changes)
+    return DataLoader(loader.dataset, **kwargs)
+
+
+def _rebuildable(loader: Any) -> bool:
+    return type(loader) is DataLoader and loader.batch_sampler is not None
+
+
+def prepare_loader(loader: Any, strategy: Any, *, use_distributed_sampler: bool, shuffle: bool | None = None) -> Any:
+    """Shard the data when several processes share it, then let the strategy wrap the loader.
+
+    The sampler injection is the strategy's (``_inject_distributed_sampler``), so phalanx shards
+    exactly like a hand-written ``DistributedSampler(seed=0)`` loop; ``shuffle=None`` keeps the
+    loader's own choice (a RandomSampler shuffles).
+    """
+    world_size = int(getattr(strategy, "world_size", 1) or 1)
+    if use_distributed_sampler and world_size > 1:
+        inject = getattr(strategy, "_inject_distributed_sampler", None)
+        if callable(inject):
+            loader = inject(loader, shuffle)
+        else:
+            from phalanx.strategies._distributed import inject_distributed_sampler
+
+            rank = int(getattr(strategy, "global_rank", 0))
+            loader = inject_distributed_sampler(loader, shuffle, num_replicas=world_size, rank=rank)
+    return strategy.process_dataloader(loader)
+
+
+def _samplers(loader: Any) -> list[Any]:
+    found = []
+    for obj in (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
+        if obj is not None and all(obj is not seen for seen in found):
+            found.append(obj)
+    return found
+
+
+def set_sampler_epoch(loader: Any, epoch: int) -> None:
+    """Tell epoch-aware samplers (DistributedSampler) the epoch, so shuffling differs per epoch."""
+    for sampler in _samplers(loader):
+        if callable(getattr(sampler, "set_epoch", None)):
+            sampler.set_epoch(epoch)
+
+
+def generators_of(loader: Any) -> list[torch.Generator]:
+    """The ``torch.Generator`` objects that decide a loader's order (saved for exact resume)."""
+    found: list[torch.Generator] = []
+    for obj in (loader, *_samplers(loader)):
+        generator = getattr(obj, "generator", None)
+        if isinstance(generator, torch.Generator) and all(generator is not g for g in found):
+            found.append(generator)
+    return found
+
+
+class SkipBatchSampler:
+    """Wraps a batch sampler and drops its first ``skip`` batches of indices.
+
+    Skipping happens lazily at the first ``next`` (exactly when the wrapped sampler would draw its
+    shuffle seed in an uninterrupted run) or when :meth:`prime` forces it, so the random draws
+    happen in the same order as in the original run.
+    """
+
+    def __init__(self, inner: Any, skip: int) -> None:
+        self.inner = inner
+        self.skip = skip
+        self._pending: _SkipIterator | None = None
+
+    def __iter__(self) -> Iterator[list[int]]:
+        self._pending = _SkipIterator(self.inner, self.skip)
+        return self._pending
+
+    def __len__(self) -> int:
+        return max(0, len(self.inner) - self.skip)
+
+    def prime(self) -> None:
+        """Perform the pending skip now (draws the shuffle seed before RNG state is restored)."""
+        if self._pending is not None:
+            self._pending.start()
+
+
+class _SkipIterator:
+    def __init__(self, inner: Any, skip: int) -> None:
+        self._inner = inner
+        self._skip = skip
+        self._it: Iterator[Any] | None = None
+
+    def start(self) -> None:
+        if self._it is None:
+            self._it = iter(self._inner)
+            for _ in range(self._skip):
+                if next(self._it, None) is None:
+                    break
+
+    def __iter__(self) -> _SkipIterator:
+        return self
+
+    def __next__(self) -> Any:
+        self.start()
+        assert self._it is not None
+        return next(self._it)
+
+
+def iterate_skipping(loader: Any, skip: int) -> Iterator[Any]:
+    """An iterator over ``loader`` without its first ``skip`` batches.
+
+    A plain map-style DataLoader is rebuilt around :class:`SkipBatchSampler` (no data is loaded for
+    skipped batches, workers included); any other iterable has its first batches fetched and dropped.
+    """
+    if skip <= 0:
+        return iter(loader)
+    if _rebuildable(loader):
+        wrapper = SkipBatchSampler(loader.batch_sampler, skip)
+        iterator = iter(_rebuild(loader, batch_sampler=wrapper))
+        wrapper.prime()
+        return iterator
+    iterator = iter(loader)
+    for _ in range(skip):
+        if next(iterator, _EXHAUSTED) is _EXHAUSTED:
+            break
+    return iterator
+
+
+_EXHAUSTED = object()

@@ -1,0 +1,181 @@
+"""Every bad Trainer argument and entry-point input fails up front with one clear message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from phalanx.callbacks.progress import TQDMProgressBar
+from phalanx.errors import MisconfigurationError, UnknownNameError
+from phalanx.module import Module
+from phalanx.trainer.trainer import Trainer
+from trainer_helpers import Net, loader, quiet
+
+BAD_ARGUMENTS = [
+    ("accelerator", 5),
+    ("accelerator", "tpuu"),
+    ("strategy", 3),
+    ("strategy", "ddpp"),
+    ("devices", 0),
+    ("devices", -2),
+    ("devices", "abc"),
+    ("devices", [0, 1]),
+    ("devices", 1.5),
+    ("devices", True),
+    ("num_nodes", 0),
+    ("num_nodes", "2"),
+    ("num_nodes", True),
+    ("precision", "16x"),
+    ("precision", 8),
+    ("precision", None),
+    ("precision", True),
+    ("plugins", 5),
+    ("plugins", "nope"),
+    ("callbacks", "cb"),
+    ("callbacks", [object()]),
+    ("logger", "csv"),
+    ("logger", 5),
+    ("max_epochs", -2),
+    ("max_epochs", 1.5),
+    ("max_epochs", "3"),
+    ("max_steps", -2),
+    ("max_steps", 10.0),
+    ("limit_train_batches", -1),
+    ("limit_train_batches", 1.5),
+    ("limit_val_batches", "all"),
+    ("limit_test_batches", -0.5),
+    ("limit_predict_batches", True),
+    ("val_check_interval", 0),
+    ("val_check_interval", 0.0),
+    ("val_check_interval", 1.5),
+    ("val_check_interval", "1"),
+    ("check_val_every_n_epoch", 0),
+    ("check_val_every_n_epoch", 1.5),
+    ("accumulate_grad_batches", 0),
+    ("accumulate_grad_batches", 2.0),
+    ("accumulate_grad_batches", True),
+    ("gradient_clip_val", -1.0),
+    ("gradient_clip_val", "1"),
+    ("gradient_clip_algorithm", "l2"),
+    ("gradient_clip_algorithm", None),
+    ("log_every_n_steps", 0),
+    ("log_every_n_steps", 1.5),
+    ("enable_checkpointing", 1),
+    ("enable_progress_bar", None),
+    ("default_root_dir", 5),
+    ("deterministic", "yes"),
+    ("deterministic", 1),
+    ("use_distributed_sampler", 0),
+    ("sync_batchnorm", "true"),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), BAD_ARGUMENTS, ids=[f"{n}={v!r}" for n, v in BAD_ARGUMENTS])
+def test_bad_trainer_argument(name: str, value: Any) -> None:
+    with pytest.raises(MisconfigurationError) as info:
+        Trainer(**{**quiet(), name: value})
+    message = str(info.value)
+    shown = name if name not in ("devices", "precision", "plugins", "accelerator", "strategy") else repr(value)[:6]
+    assert shown in message or name in message
+
+
+def test_unknown_names_suggest_the_closest() -> None:
+    with pytest.raises(UnknownNameError, match="Did you mean 'single_device'"):
+        Trainer(strategy="single_devic", **quiet())
+    with pytest.raises(MisconfigurationError, match="Did you mean '16-mixed'"):
+        Trainer(precision="16-mixd", **quiet())
+
+
+def test_conflicting_flags() -> None:
+    with pytest.raises(MisconfigurationError, match="enable_progress_bar=False"):
+        Trainer(enable_progress_bar=False, callbacks=[TQDMProgressBar()], logger=False)
+    with pytest.raises(MisconfigurationError, match="runs one process"):
+        Trainer(strategy="single_device", accelerator="cpu", devices=2, **quiet())
+    from phalanx.precision import DoublePrecision
+
+    with pytest.raises(MisconfigurationError, match="plugins"):
+        Trainer(precision="bf16-mixed", plugins=[DoublePrecision()], **quiet())
+    with pytest.raises(MisconfigurationError, match="two precision"):
+        Trainer(plugins=[DoublePrecision(), DoublePrecision()], **quiet())
+
+
+class NoStep(Module):
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+
+
+class NoOptim(Module):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return torch.zeros((), requires_grad=True)
+
+
+def test_bad_models() -> None:
+    trainer = Trainer(**quiet())
+    with pytest.raises(MisconfigurationError, match="expects a phalanx.Module"):
+        trainer.fit(torch.nn.Linear(2, 2), loader())
+    with pytest.raises(MisconfigurationError, match="does not define training_step"):
+        trainer.fit(NoStep(), loader())
+    with pytest.raises(MisconfigurationError, match="does not define configure_optimizers"):
+        trainer.fit(NoOptim(), loader())
+    with pytest.raises(MisconfigurationError, match="does not define validation_step"):
+        trainer.validate(NoOptim(), loader())
+    with pytest.raises(MisconfigurationError, match="does not define test_step"):
+        trainer.test(NoOptim(), loader())
+    with pytest.raises(MisconfigurationError, match="needs a model"):
+        Trainer(**quiet()).validate(dataloaders=loader())
+
+
+def test_bad_data() -> None:
+    trainer = Trainer(**quiet())
+    with pytest.raises(MisconfigurationError, match="train_dataloaders=5"):
+        trainer.fit(Net(), 5)
+    with pytest.raises(MisconfigurationError, match="no training data"):
+        trainer.fit(Net())
+    with pytest.raises(MisconfigurationError, match="val_dataloaders"):
+        trainer.fit(Net(), loader(), val_dataloaders=object())
+    with pytest.raises(MisconfigurationError, match="no data"):
+        trainer.test(Net())
+    with pytest.raises(MisconfigurationError, match="val_check_interval=50"):
+        Trainer(val_check_interval=50, **quiet()).fit(Net(), loader(), loader(n=4))
+    with pytest.raises(MisconfigurationError, match="rounds to 0"):
+        Trainer(limit_train_batches=0.01, **quiet()).fit(Net(), loader())
+
+
+def test_bad_step_outputs_and_optimizers() -> None:
+    class Stringy(Net):
+        def training_step(self, batch: Any, batch_idx: int) -> str:
+            return "loss"
+
+    class NoLossKey(Net):
+        def training_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
+            return {"value": torch.zeros(())}
+
+    class TwoOptimizers(Net):
+        def configure_optimizers(self) -> list[torch.optim.Optimizer]:
+            return [torch.optim.SGD(self.parameters(), lr=0.1), torch.optim.SGD(self.parameters(), lr=0.1)]
+
+    class NoneOptimizer(Net):
+        def configure_optimizers(self) -> None:
+            return None
+
+    with pytest.raises(MisconfigurationError, match="returned str"):
+        Trainer(max_steps=1, **quiet()).fit(Stringy(), loader())
+    with pytest.raises(MisconfigurationError, match="'loss' key"):
+        Trainer(max_steps=1, **quiet()).fit(NoLossKey(), loader())
+    with pytest.raises(MisconfigurationError, match="2 optimizers"):
+        Trainer(max_steps=1, **quiet()).fit(TwoOptimizers(), loader())
+    with pytest.raises(MisconfigurationError, match="no optimizer"):
+        Trainer(max_steps=1, **quiet()).fit(NoneOptimizer(), loader())
+
+
+def test_training_step_returning_none_skips_the_batch() -> None:
+    class Skipper(Net):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            return None if batch_idx % 2 else super().training_step(batch, batch_idx)
+
+    model = Skipper()
+    trainer = Trainer(max_epochs=1, **quiet())
+    trainer.fit(model, loader())
+    assert trainer.global_step == 10

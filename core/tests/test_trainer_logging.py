@@ -1,0 +1,93 @@
+"""Metric aggregation, callback_metrics, the CSV logger and the progress bar."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from phalanx.callbacks.progress import TQDMProgressBar
+from phalanx.loggers import CSVLogger
+from phalanx.trainer.trainer import Trainer
+from trainer_helpers import Net, loader
+
+
+class Logging(Net):
+    """Logs step/epoch values whose aggregates are easy to compute by hand."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.log("idx", float(batch_idx), on_step=True, on_epoch=True, prog_bar=True)
+        self.log("idx_max", float(batch_idx), on_epoch=True, reduce_fx="max", on_step=False)
+        self.log("idx_sum", float(batch_idx), on_epoch=True, reduce_fx=torch.sum, on_step=False)
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("val_weighted", float(batch_idx))  # batches of 4 and 2 samples: weighted mean
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_aggregation_and_callback_metrics(tmp_path: Path) -> None:
+    trainer = Trainer(
+        max_epochs=2, log_every_n_steps=3, default_root_dir=tmp_path, enable_progress_bar=False, enable_checkpointing=False
+    )
+    trainer.fit(Logging(), loader(n=24, batch_size=4), loader(n=6, batch_size=4))
+    metrics = trainer.callback_metrics
+    assert metrics["idx_step"].item() == 5.0
+    assert metrics["idx_epoch"].item() == pytest.approx(2.5)
+    assert metrics["idx"].item() == pytest.approx(2.5)
+    assert metrics["idx_max"].item() == 5.0
+    assert metrics["idx_sum"].item() == 15.0
+    assert metrics["val_weighted"].item() == pytest.approx((0 * 4 + 1 * 2) / 6)
+    assert trainer.progress_bar_metrics["idx_epoch"] == pytest.approx(2.5)
+
+    assert isinstance(trainer.logger, CSVLogger)
+    path = Path(trainer.logger.log_dir) / "metrics.csv"
+    assert path == tmp_path / "phalanx_logs" / "version_0" / "metrics.csv"
+    rows = _rows(path)
+    assert list(rows[0])[:2] == ["epoch", "step"]
+    step_rows = [r for r in rows if r["idx_step"]]
+    assert [int(r["step"]) for r in step_rows] == [2, 5, 8, 11]
+    assert [float(r["idx_step"]) for r in step_rows] == [2.0, 5.0, 2.0, 5.0]
+    epoch_rows = [r for r in rows if r["idx_epoch"]]
+    assert [(float(r["epoch"]), int(r["step"])) for r in epoch_rows] == [(0.0, 5), (1.0, 11)]
+    assert [float(r["idx_sum"]) for r in epoch_rows] == [15.0, 15.0]
+    val_rows = [r for r in rows if r["val_weighted"]]
+    assert len(val_rows) == 2
+
+
+def test_second_run_gets_next_version(tmp_path: Path) -> None:
+    for expected in ("version_0", "version_1"):
+        trainer = Trainer(max_steps=1, default_root_dir=tmp_path, enable_progress_bar=False, enable_checkpointing=False)
+        trainer.fit(Net(), loader())
+        assert Path(trainer.log_dir).name == expected
+
+
+def test_csv_logger_widens_header(tmp_path: Path) -> None:
+    logger = CSVLogger(tmp_path, flush_logs_every_n_steps=1)
+    logger.log_metrics({"a": 1.0}, step=0)
+    logger.log_metrics({"a": 2.0, "b": 3.0}, step=1)
+    logger.finalize("success")
+    rows = _rows(Path(logger.metrics_file_path))
+    assert rows == [{"step": "0", "a": "1.0", "b": ""}, {"step": "1", "a": "2.0", "b": "3.0"}]
+
+
+def test_progress_bar_draws_on_rank_zero_only(capsys: pytest.CaptureFixture[str]) -> None:
+    bar = TQDMProgressBar()
+    Trainer(max_epochs=1, callbacks=[bar], logger=False, enable_checkpointing=False).fit(Logging(), loader(n=8))
+    assert "Epoch 0" in capsys.readouterr().err
+
+    class NotRankZero(TQDMProgressBar):
+        def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+            self.disable()  # what setup does when trainer.is_global_zero is False
+
+    Trainer(max_epochs=1, callbacks=[NotRankZero()], logger=False, enable_checkpointing=False).fit(Logging(), loader(n=8))
+    assert "Epoch 0" not in capsys.readouterr().err
+    Trainer(max_epochs=1, enable_progress_bar=False, logger=False, enable_checkpointing=False).fit(Logging(), loader(n=8))
+    assert capsys.readouterr().err == ""

@@ -1,0 +1,259 @@
+"""Checkpoints of DeepSpeedStrategy: DeepSpeed's sharded directory, with the Trainer's state beside it.
+
+Every rank writes its own shard through ``engine.save_checkpoint`` (so every rank must call
+:meth:`save_checkpoint`); rank 0 adds ``trainer_state.pt`` (loops, callbacks, schedulers: the
+Trainer's checkpoint dict without weights and optimizer state, loadable with
+``weights_only=True``) and the manifest. Loading happens in two steps because the Trainer reads a
+checkpoint before the engine exists: :meth:`load_checkpoint` checks the directory against this
+model and world and returns the Trainer's state; :meth:`load_model_state_dict`, after setup, lets
+the engine load the shards (or loads consolidated full weights when the world changed).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from typing import Any
+
+import torch
+from torch import nn
+
+from phalanx.checkpoint_io.checkpoint_io import PathLike
+from phalanx.errors import CheckpointError, MisconfigurationError
+from phalanx_strategy_deepspeed._layout import (
+    TAG,
+    CheckpointManifest,
+    compare_parameters,
+    is_deepspeed_checkpoint,
+    read_manifest,
+    write_manifest,
+)
+
+__all__ = ["TRAINER_STATE", "DeepSpeedCheckpointing", "parameter_shapes"]
+
+#: The Trainer's part of a checkpoint, beside DeepSpeed's files.
+TRAINER_STATE = "trainer_state.pt"
+_WEIGHT_KEYS = ("state_dict", "optimizer_states")
+
+
+def parameter_shapes(module: nn.Module) -> dict[str, list[int]]:
+    """Full shape of every parameter; ZeRO-3 partitioned parameters report ``ds_shape``."""
+    return {name: list(getattr(param, "ds_shape", param.shape)) for name, param in module.named_parameters()}
+
+
+def convert_hint(path: str) -> str:
+    """The command that turns a checkpoint directory into one portable file."""
+    return f"`phalanx checkpoint convert {path} {path.rstrip(os.sep)}.fp32.ckpt`"
+
+
+class DeepSpeedCheckpointing:
+    """Checkpoint methods of :class:`~phalanx_strategy_deepspeed.strategy.DeepSpeedStrategy`."""
+
+    # Provided by the strategy.
+    checkpoint_io: Any
+    optimizers: list[Any]
+    lr_scheduler_configs: list[Any]
+    load_full_weights: bool
+    exclude_frozen_parameters: bool
+    _pending_load: tuple[str, str] | None = None
+
+    # ------------------------------------------------------------------ state
+    def module_state_dict(self) -> dict[str, Any]:
+        """The Module's weights; empty under stage 3, where they are sharded and the engine saves them."""
+        if self.zero_stage_3:  # type: ignore[attr-defined]
+            return {}
+        return self._require_module().state_dict()  # type: ignore[attr-defined,no-any-return]
+
+    def optimizer_state(self, optimizer: Any) -> dict[str, Any]:
+        """Empty: each rank's optimizer shard is saved by the engine, not gathered into one dict."""
+        return {}
+
+    def load_optimizer_state_dict(self, checkpoint: Any) -> None:
+        """Nothing to do: the engine restored its shards in :meth:`load_model_state_dict`."""
+
+    # ------------------------------------------------------------------ saving
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: PathLike, storage_options: Any | None = None) -> None:
+        """Write the engine's shards (every rank), then the Trainer's state and the manifest (rank 0).
+
+        Raises:
+            MisconfigurationError: Called before setup, or with ``storage_options``.
+            CheckpointError: ``filepath`` is an existing file (DeepSpeed writes a directory).
+        """
+        engine = self.deepspeed_engine  # type: ignore[attr-defined]
+        path = os.fspath(filepath)
+        if engine is None:
+            msg = "DeepSpeedStrategy.save_checkpoint needs the engine; it exists only after setup (inside fit/validate/...)."
+            raise MisconfigurationError(msg)
+        if storage_options is not None:
+            msg = f"DeepSpeedStrategy.save_checkpoint got storage_options={storage_options!r}; it supports none. Pass None."
+            raise MisconfigurationError(msg)
+        if os.path.isfile(path):
+            msg = (
+                f"Cannot save a DeepSpeed checkpoint to {path!r}: a file exists there, and DeepSpeed writes a "
+                "directory. Fix: delete it or choose another path."
+            )
+            raise CheckpointError(msg)
+        engine.save_checkpoint(path, client_state={}, tag=TAG, exclude_frozen_parameters=self.exclude_frozen_parameters)
+        if self.is_global_zero:  # type: ignore[attr-defined]
+            state = {key: value for key, value in checkpoint.items() if key not in _WEIGHT_KEYS}
+            self.checkpoint_io.save_checkpoint(state, os.path.join(path, TRAINER_STATE))
+            from phalanx import __version__
+
+            manifest = CheckpointManifest(
+                world_size=self.world_size,  # type: ignore[attr-defined]
+                zero_stage=self.zero_stage,  # type: ignore[attr-defined]
+                parameters=parameter_shapes(self._require_module()),  # type: ignore[attr-defined]
+                phalanx_version=__version__,
+            )
+            write_manifest(path, manifest)
+        self.barrier("DeepSpeedStrategy.save_checkpoint")  # type: ignore[attr-defined]
+
+    def remove_checkpoint(self, filepath: PathLike) -> None:
+        """Delete a checkpoint directory (or file); only rank 0 deletes."""
+        if not self.is_global_zero:  # type: ignore[attr-defined]
+            return
+        path = os.fspath(filepath)
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            self.checkpoint_io.remove_checkpoint(path)
+
+    # ------------------------------------------------------------------ loading
+    def load_checkpoint(self, checkpoint_path: PathLike, *, weights_only: bool = True) -> dict[str, Any]:
+        """Check a checkpoint against this model and world; return the Trainer's part of it.
+
+        A directory's weights and optimizer shards are loaded later, into the engine, by
+        :meth:`load_model_state_dict`. A *file* (a converted checkpoint, or one from ddp /
+        single_device) is read whole; its weights are loaded the same way.
+
+        Raises:
+            CheckpointError: Not a DeepSpeed checkpoint, another model's, or (when fitting) another
+                world size or ZeRO stage; the message names the convert command.
+        """
+        path = os.fspath(checkpoint_path)
+        if os.path.isfile(path):
+            checkpoint: dict[str, Any] = self.checkpoint_io.load_checkpoint(path, weights_only=weights_only)
+            self._pending_load = (path, "file")
+            return checkpoint
+        if not is_deepspeed_checkpoint(path):
+            listing = sorted(os.listdir(path))[:8] if os.path.isdir(path) else "missing"
+            msg = (
+                f"{path!r} is not a DeepSpeed checkpoint directory (contents: {listing}); DeepSpeedStrategy resumes "
+                "from directories written by Trainer.save_checkpoint with strategy='deepspeed*'. Pass one of those, "
+                "or a single-file checkpoint."
+            )
+            raise CheckpointError(msg)
+        manifest = read_manifest(path)
+        module = self._require_module()  # type: ignore[attr-defined]
+        mode = "engine"
+        if manifest is not None:
+            difference = compare_parameters(manifest.parameters, parameter_shapes(module))
+            if difference:
+                msg = (
+                    f"DeepSpeed checkpoint {path!r} belongs to another model ({difference}). Fix: pass a checkpoint "
+                    f"saved from {type(module).__qualname__} with these layers."
+                )
+                raise CheckpointError(msg)
+            mode = self._check_world(path, manifest)
+        state_file = os.path.join(path, TRAINER_STATE)
+        state: dict[str, Any] = {}
+        if os.path.isfile(state_file):
+            state = self.checkpoint_io.load_checkpoint(state_file, weights_only=weights_only)
+        state["state_dict"] = {}  # the weights are in the shards; see load_model_state_dict
+        if "loops" in state:
+            state["optimizer_states"] = []
+        self._pending_load = (path, mode)
+        return state
+
+    def _check_world(self, path: str, manifest: CheckpointManifest) -> str:
+        """"engine" when the shards fit this run; "consolidate" (evaluation only) when they do not."""
+        world, stage = self.world_size, self.zero_stage  # type: ignore[attr-defined]
+        if manifest.world_size == world and manifest.zero_stage == stage:
+            return "engine"
+        if not self._fitting():
+            return "consolidate"
+        msg = (
+            f"DeepSpeed checkpoint {path!r} was saved by {manifest.world_size} rank(s) with ZeRO stage "
+            f"{manifest.zero_stage}; this run has {world} rank(s) with stage {stage}, and ZeRO's per-rank optimizer "
+            f"shards cannot be re-split. Fix: resume with devices*num_nodes={manifest.world_size} and stage "
+            f"{manifest.zero_stage}, or convert it with {convert_hint(path)} and start a new fit from those "
+            "weights (module.load_state_dict(torch.load(DST)['state_dict']); the optimizer state restarts)."
+        )
+        raise CheckpointError(msg)
+
+    def _fitting(self) -> bool:
+        module = self._require_module()  # type: ignore[attr-defined]
+        trainer = getattr(module, "_trainer", None)
+        fn = getattr(getattr(trainer, "state", None), "fn", None)
+        return fn is None or str(getattr(fn, "value", fn)) == "fit"
+
+    def load_model_state_dict(self, checkpoint: Any, strict: bool = True) -> None:
+        """Load the weights (and, when fitting, the optimizer shards) into the engine.
+
+        Raises:
+            CheckpointError: DeepSpeed could not load the directory, or the weights do not fit.
+        """
+        pending, self._pending_load = self._pending_load, None
+        if pending is None or pending[1] == "file":
+            if "state_dict" not in checkpoint or not checkpoint["state_dict"]:
+                msg = "The checkpoint has no weights ('state_dict'); pass a checkpoint saved by a phalanx Trainer."
+                raise CheckpointError(msg)
+            if pending is not None and "optimizer_states" in checkpoint and self._fitting():
+                warnings.warn(
+                    f"{pending[0]!r} is a single-file checkpoint: DeepSpeedStrategy loads its weights and loop "
+                    "position, but the optimizer state restarts (ZeRO keeps it in per-rank shards).",
+                    stacklevel=2,
+                )
+            self.load_full_state_dict(checkpoint["state_dict"], strict=strict)
+            return
+        path, mode = pending
+        if mode == "consolidate":
+            from phalanx_strategy_deepspeed._convert import consolidate
+
+            self.load_full_state_dict(consolidate(path), strict=strict)
+            return
+        engine = self.deepspeed_engine  # type: ignore[attr-defined]
+        fitting = self._fitting() and bool(self.optimizers)
+        try:
+            load_path, _ = engine.load_checkpoint(
+                path,
+                load_module_strict=strict,
+                load_optimizer_states=fitting,
+                load_lr_scheduler_states=False,
+                load_module_only=not fitting,
+            )
+        except (RuntimeError, KeyError, ValueError, AssertionError) as error:
+            first = str(error).splitlines()[0] if str(error) else type(error).__name__
+            msg = f"DeepSpeed could not load {path!r}: {first}. Pass a checkpoint saved from this model and configuration."
+            raise CheckpointError(msg) from error
+        if load_path is None:
+            msg = f"DeepSpeed found no checkpoint in {path!r} (no 'latest' tag file); pass the directory Trainer.save_checkpoint wrote."
+            raise CheckpointError(msg)
+        if fitting:
+            for config, state in zip(self.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
+                config.scheduler.load_state_dict(state)
+
+    def load_full_state_dict(self, state_dict: dict[str, Any], *, strict: bool = True) -> None:
+        """Load full (unsharded) weights into the engine's module and its fp32 master copy.
+
+        Under stage 3 the parameters are gathered, rank 0 loads, and DeepSpeed re-partitions its
+        values on exit. ZeRO optimizers keep an fp32 master copy of the weights; it is refreshed,
+        or the next step would write the old weights back.
+        """
+        module = self._require_module()  # type: ignore[attr-defined]
+        if self.zero_stage_3:  # type: ignore[attr-defined]
+            from phalanx_strategy_deepspeed._env import import_deepspeed
+
+            deepspeed = import_deepspeed()
+            with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=0):
+                if self.is_global_zero:  # type: ignore[attr-defined]
+                    module.load_state_dict(state_dict, strict=strict)
+        else:
+            with torch.no_grad():
+                module.load_state_dict(state_dict, strict=strict)
+        engine = self.deepspeed_engine  # type: ignore[attr-defined]
+        optimizer = getattr(engine, "optimizer", None)
+        refresh = getattr(optimizer, "refresh_fp32_params", None) or getattr(optimizer, "_restore_from_bit16_weights", None)
+        if callable(refresh):
+            refresh()

@@ -1,0 +1,395 @@
+"""DeepSpeedStrategy: ZeRO stages 1-3 with CPU / NVMe offload, through the DeepSpeed engine.
+
+The strategy hands the Module, its optimizer and a generated (or user-given) config to
+``deepspeed.initialize``; the resulting engine owns backward, gradient accumulation, clipping and
+the optimizer step, so the Trainer's settings for those are written into the config instead of
+being applied by the loop. Processes are started by phalanx's script launcher (or torchrun, SLURM,
+the ``deepspeed`` launcher), the process group is created before DeepSpeed sees it, and deepspeed
+is imported only after the accelerator is known, because DeepSpeed fixes its accelerator on import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import os
+from collections.abc import Generator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from datetime import timedelta
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from phalanx._optim import LRSchedulerConfig, init_optimizers_and_lr_schedulers
+from phalanx.accelerators.accelerator import Accelerator
+from phalanx.checkpoint_io.checkpoint_io import CheckpointIO
+from phalanx.environments.cluster_environment import ClusterEnvironment
+from phalanx.errors import MisconfigurationError
+from phalanx.launchers.launcher import Launcher
+from phalanx.launchers.subprocess_script import SubprocessScriptLauncher
+from phalanx.precision.precision import Precision
+from phalanx.strategies.parallel import ParallelStrategy
+from phalanx_strategy_deepspeed import _config
+from phalanx_strategy_deepspeed._checkpoint import DeepSpeedCheckpointing
+from phalanx_strategy_deepspeed._env import (
+    communication_backend,
+    import_deepspeed,
+    reset_comm_backend,
+    skip_shm_comm_build,
+)
+from phalanx_strategy_deepspeed._precision import DeepSpeedPrecision
+
+__all__ = ["DeepSpeedStrategy"]
+
+
+class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
+    """Train with DeepSpeed ZeRO: optimizer state (1), gradients (2) and parameters (3) sharded.
+
+    Args:
+        accelerator: See :class:`~phalanx.strategies.strategy.Strategy` ("cpu" or "cuda").
+        zero_optimization: Enable ZeRO; False runs DeepSpeed as plain data parallel.
+        stage: ZeRO stage, 0-3. Ignored when ``config`` is given (the config says).
+        remote_device: Where ``zero.Init`` puts parameters under stage 3 ("cpu", "nvme"); default
+            the compute device.
+        offload_optimizer: Keep optimizer state (and the step) in CPU memory or on NVMe.
+        offload_parameters: Stage 3: keep parameters in CPU memory or on NVMe between uses.
+        offload_params_device: "cpu" or "nvme".
+        offload_optimizer_device: "cpu" or "nvme".
+        nvme_path: Directory on a fast local disk; required when anything goes to NVMe.
+        config: A DeepSpeed config dict, or a path to a JSON file; it wins over the arguments above.
+            The Trainer's accumulation and clipping fill keys it leaves unset.
+        logging_batch_size_per_gpu: ``train_micro_batch_size_per_gpu`` for DeepSpeed's throughput
+            logs; "auto" reads the train dataloader's batch size.
+        logging_level: Level of DeepSpeed's logger (it is chatty at INFO).
+        zero_allow_untested_optimizer: Let ZeRO wrap optimizers DeepSpeed has not tested.
+        load_full_weights: Treat a ``ckpt_path`` *file* as full weights (e.g. a converted checkpoint).
+        exclude_frozen_parameters: Leave parameters without gradients out of saved checkpoints.
+        process_group_backend: gloo / nccl / ccl; default DeepSpeed's choice for the accelerator
+            (nccl on CUDA, ccl on CPU when oneCCL is installed, else gloo).
+        timeout: How long collectives wait for other ranks.
+        build_cpu_comm_op: On CPU, let DeepSpeed JIT-compile its shared-memory all-reduce op when
+            the process group is set up. It serves only DeepSpeed's inference kernels, not ZeRO
+            training, and takes minutes to build, so it is skipped by default.
+        parallel_devices, cluster_environment, checkpoint_io, precision_plugin: See
+            :class:`~phalanx.strategies.parallel.ParallelStrategy`.
+        **tuning: ZeRO / offload / aio / activation-checkpointing / loss-scale knobs with
+            Lightning's names and defaults (see ``_config.TUNING_DEFAULTS``).
+
+    Raises:
+        MisconfigurationError: Unknown stage or offload device, NVMe without ``nvme_path``, a config
+            file that is missing or does not parse, or an unknown tuning argument.
+    """
+
+    strategy_name: ClassVar[str] = "deepspeed"
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        *,
+        zero_optimization: bool = True,
+        stage: int = 2,
+        remote_device: str | None = None,
+        offload_optimizer: bool = False,
+        offload_parameters: bool = False,
+        offload_params_device: str = "cpu",
+        offload_optimizer_device: str = "cpu",
+        nvme_path: str | None = None,
+        config: dict[str, Any] | str | os.PathLike[str] | None = None,
+        logging_batch_size_per_gpu: int | str = "auto",
+        logging_level: int = logging.WARN,
+        zero_allow_untested_optimizer: bool = True,
+        load_full_weights: bool = False,
+        exclude_frozen_parameters: bool = False,
+        process_group_backend: str | None = None,
+        timeout: timedelta | None = None,
+        build_cpu_comm_op: bool = False,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: ClusterEnvironment | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision_plugin: Precision | None = None,
+        **tuning: Any,
+    ) -> None:
+        super().__init__(
+            accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment,
+            checkpoint_io=checkpoint_io,
+            precision_plugin=precision_plugin,
+        )
+        self._options = _config.DeepSpeedOptions(
+            stage=stage,
+            zero_optimization=zero_optimization,
+            offload_optimizer=offload_optimizer,
+            offload_parameters=offload_parameters,
+            offload_optimizer_device=offload_optimizer_device,
+            offload_params_device=offload_params_device,
+            nvme_path=nvme_path,
+            logging_batch_size_per_gpu=logging_batch_size_per_gpu,
+            zero_allow_untested_optimizer=zero_allow_untested_optimizer,
+            tuning=dict(tuning),
+        )
+        if remote_device is not None:
+            _config.check_offload_device(remote_device, "DeepSpeedStrategy(remote_device=...)")
+        user_config = _config.load_config(config)
+        self.config: dict[str, Any] = user_config if user_config is not None else _config.build_config(self._options)
+        _config.check_config(self.config)
+        if remote_device == "nvme" and not nvme_path:
+            msg = "DeepSpeedStrategy(remote_device='nvme') needs nvme_path='/path/on/a/local/disk'; or use remote_device='cpu'."
+            raise MisconfigurationError(msg)
+        self.remote_device = remote_device
+        self.load_full_weights = load_full_weights
+        self.exclude_frozen_parameters = exclude_frozen_parameters
+        self._logging_level = logging_level
+        self._process_group_backend = process_group_backend
+        self._timeout = timeout
+        self.build_cpu_comm_op = build_cpu_comm_op
+        self._run_config: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ configuration
+    @property
+    def zero_stage(self) -> int:
+        """The ZeRO stage in effect (from the config, which the arguments generated or the user gave)."""
+        return _config.zero_stage_of(self.config)
+
+    @property
+    def zero_stage_3(self) -> bool:
+        return self.zero_stage == 3
+
+    @property
+    def root_device(self) -> torch.device:
+        """``parallel_devices[local_rank]``, like DDP."""
+        devices = self.parallel_devices
+        if not devices:
+            msg = (
+                "DeepSpeedStrategy has no parallel_devices, so it does not know which device this process uses. "
+                "Pass it to a Trainer (devices=N fills them) or give DeepSpeedStrategy(parallel_devices=[...])."
+            )
+            raise MisconfigurationError(msg)
+        return devices[self.local_rank]
+
+    @property
+    def precision_plugin(self) -> Precision:
+        """Always a :class:`DeepSpeedPrecision`; any precision assigned is converted by name."""
+        if not isinstance(self._precision_plugin, DeepSpeedPrecision):
+            name = getattr(self._precision_plugin, "precision", "32-true")
+            self._precision_plugin = DeepSpeedPrecision(str(name))
+        return self._precision_plugin
+
+    @precision_plugin.setter
+    def precision_plugin(self, precision_plugin: Precision | None) -> None:
+        self._precision_plugin = precision_plugin
+        _ = self.precision_plugin  # convert now: an unsupported precision fails at Trainer(...)
+
+    @property
+    def handles_gradient_accumulation(self) -> bool:
+        """The engine accumulates (``gradient_accumulation_steps``), so the loop steps every batch."""
+        return True
+
+    @property
+    def restore_checkpoint_after_setup(self) -> bool:
+        """Sharded state can only be loaded into an existing engine."""
+        return True
+
+    @property
+    def restore_optimizer(self) -> bool:
+        """The engine restores its (sharded) optimizer state itself."""
+        return False
+
+    @property
+    def deepspeed_engine(self) -> Any:
+        """The DeepSpeed engine after :meth:`setup` (it is :attr:`model`), else None."""
+        return self.model if hasattr(self.model, "backward") and self.model is not self.module else None
+
+    @property
+    def launcher(self) -> Launcher:
+        """Re-runs the script per local rank; starts nothing under torchrun / srun / deepspeed."""
+        if self._launcher is None:
+            self._configure_launcher()
+        return self._launcher  # type: ignore[no-any-return]
+
+    def _configure_launcher(self) -> None:
+        self._check_precision_for_devices()
+        self._launcher = SubprocessScriptLauncher(self.cluster_environment, self.num_processes, self.num_nodes)
+
+    def _on_configuration_change(self) -> None:
+        self._launcher = None
+
+    def _check_precision_for_devices(self) -> None:
+        devices = self.parallel_devices
+        precision = self.precision_plugin
+        if devices and isinstance(precision, DeepSpeedPrecision):
+            precision.check_device(devices[0])
+
+    # ------------------------------------------------------------------ setup
+    def setup_environment(self) -> None:
+        """Pick DeepSpeed's accelerator, then create the process group and hand it to deepspeed.comm."""
+        self.set_world_ranks()
+        device = self.root_device
+        precision = self.precision_plugin
+        assert isinstance(precision, DeepSpeedPrecision)
+        precision.check_device(device)
+        deepspeed = import_deepspeed("cuda" if device.type == "cuda" else device.type)
+        logging.getLogger("DeepSpeed").setLevel(self._logging_level)
+        self._set_num_threads_if_needed(self.num_processes)
+        backend = communication_backend(self._process_group_backend)
+        self._init_process_group(backend, self._timeout)
+        kwargs: dict[str, Any] = {"dist_backend": backend, "auto_mpi_discovery": False, "verbose": False}
+        if self._timeout is not None:
+            kwargs["timeout"] = self._timeout
+        with skip_shm_comm_build(device.type == "cpu" and not self.build_cpu_comm_op):
+            deepspeed.init_distributed(**kwargs)
+        super().setup_environment()
+
+    def model_to_device(self) -> None:
+        assert self.model is not None
+        self.model.to(self.root_device)
+
+    def setup(self, trainer: Any) -> None:
+        """Build the engine: the Module, its optimizer (or the config's) and the completed config."""
+        self._require_accelerator().setup(trainer)
+        module = self._require_module()
+        self._trainer = trainer
+        fitting = bool(getattr(trainer, "training", True))
+        self.model = self.precision_plugin.convert_module(module)
+        if not self.zero_stage_3:
+            self.model_to_device()
+        config = self._config_for_run(trainer)
+        self._run_config = config
+        deepspeed = import_deepspeed()
+        args = argparse.Namespace(device_rank=self.root_device.index or 0)
+        if fitting:
+            optimizer, schedulers = self._client_optimizer(module, config)
+            scheduler = schedulers[0].scheduler if schedulers else None
+            params = [p for p in module.parameters() if p.requires_grad] if optimizer is None else None
+            engine, ds_optimizer, _, ds_scheduler = deepspeed.initialize(
+                args=args,
+                model=module,
+                optimizer=optimizer,
+                model_parameters=params,
+                lr_scheduler=scheduler,
+                config=config,
+                dist_init_required=False,
+            )
+            self.optimizers = [ds_optimizer]
+            self.lr_scheduler_configs = self._adopt_scheduler(engine, ds_scheduler, schedulers)
+        else:
+            engine, _, _, _ = deepspeed.initialize(
+                args=args, model=module, config=self._inference_config(config), model_parameters=[], dist_init_required=False
+            )
+            self.optimizers = []
+            self.lr_scheduler_configs = []
+        self.model = engine
+        self.setup_precision_plugin()
+
+    def _config_for_run(self, trainer: Any) -> dict[str, Any]:
+        """The strategy's config completed with the Trainer's accumulation, clipping, batch and precision."""
+        config = copy.deepcopy(self.config)
+        _config.apply_trainer_settings(
+            config,
+            accumulate_grad_batches=int(getattr(trainer, "accumulate_grad_batches", 1) or 1),
+            gradient_clip_val=getattr(trainer, "gradient_clip_val", None),
+            gradient_clip_algorithm=getattr(trainer, "gradient_clip_algorithm", None),
+            micro_batch_size=self._auto_batch_size(trainer),
+        )
+        _config.apply_precision(config, self.precision_plugin.precision, self._options)
+        offloads = config.get("zero_optimization", {}).get("offload_optimizer", {})
+        if self.root_device.type == "cpu" and offloads and offloads.get("device", "none") != "none":
+            # The parameters already live in CPU memory: DeepSpeedCPUAdam (minutes of JIT compile)
+            # buys nothing over the user's torch optimizer here.
+            config.setdefault("zero_force_ds_cpu_optimizer", False)
+        _config.check_config(config)
+        return config
+
+    def _auto_batch_size(self, trainer: Any) -> int | None:
+        """The train dataloader's batch size, for DeepSpeed's throughput logging only."""
+        candidates = (getattr(getattr(trainer, "fit_loop", None), "dataloader", None), getattr(trainer, "train_dataloader", None))
+        for loader in candidates:
+            size = getattr(getattr(loader, "batch_sampler", None), "batch_size", None) or getattr(loader, "batch_size", None)
+            if isinstance(size, int) and size > 0:
+                return size
+        return None
+
+    def _inference_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        """A config for evaluation: no optimizer; ZeRO kept only for stage 3 (weights are sharded)."""
+        keep = {key: config[key] for key in ("fp16", "bf16", "train_micro_batch_size_per_gpu") if key in config}
+        keep.setdefault("train_micro_batch_size_per_gpu", 1)
+        if self.zero_stage_3:
+            keep["zero_optimization"] = config["zero_optimization"]
+            keep["zero_allow_untested_optimizer"] = config.get("zero_allow_untested_optimizer", True)
+        return keep
+
+    def _client_optimizer(self, module: nn.Module, config: dict[str, Any]) -> tuple[Any, list[LRSchedulerConfig]]:
+        """The Module's optimizer and schedulers, unless the DeepSpeed config defines the optimizer.
+
+        Raises:
+            MisconfigurationError: No optimizer anywhere, or more than one.
+        """
+        optimizers, schedulers = init_optimizers_and_lr_schedulers(module)
+        if "optimizer" in config:
+            return None, schedulers
+        if len(optimizers) != 1:
+            msg = (
+                f"DeepSpeed trains with exactly one optimizer, but configure_optimizers returned {len(optimizers)}. "
+                "Fix: return one optimizer, or define one in the DeepSpeed config ('optimizer': {...})."
+            )
+            raise MisconfigurationError(msg)
+        if len(schedulers) > 1:
+            msg = f"DeepSpeed supports one LR scheduler, but configure_optimizers returned {len(schedulers)}; return one."
+            raise MisconfigurationError(msg)
+        return optimizers[0], schedulers
+
+    @staticmethod
+    def _adopt_scheduler(engine: Any, ds_scheduler: Any, schedulers: list[LRSchedulerConfig]) -> list[LRSchedulerConfig]:
+        """Let the Trainer, not the engine, step the scheduler (so ``interval``/``frequency`` hold)."""
+        if ds_scheduler is None:
+            return schedulers
+        engine.lr_scheduler = None
+        if not schedulers:
+            return [LRSchedulerConfig(ds_scheduler, interval="step")]
+        schedulers[0].scheduler = ds_scheduler
+        return schedulers
+
+    # ------------------------------------------------------------------ model creation
+    @contextmanager
+    def model_sharded_context(self) -> Generator[None, None, None]:
+        """Under stage 3, layers created in ``configure_model`` are partitioned as they are built."""
+        if not self.zero_stage_3:
+            yield
+            return
+        deepspeed = import_deepspeed()
+        config = copy.deepcopy(self.config)
+        if "train_batch_size" not in config:
+            config.setdefault("train_micro_batch_size_per_gpu", 1)
+        _config.apply_precision(config, self.precision_plugin.precision, self._options)
+        with deepspeed.zero.Init(remote_device=self.remote_device, config_dict_or_path=config):
+            yield
+
+    def tensor_init_context(self, empty_init: bool | None = None) -> AbstractContextManager[None]:
+        """Stage 3 lets ``zero.Init`` place and type tensors; otherwise the base behaviour."""
+        if self.zero_stage_3:
+            return nullcontext()
+        return super().tensor_init_context(empty_init)
+
+    def block_backward_sync(self) -> AbstractContextManager[Any]:
+        """Nothing to block: the engine knows the accumulation boundary from its config."""
+        return nullcontext()
+
+    # ------------------------------------------------------------------ teardown
+    def teardown(self) -> None:
+        """Drop the engine, the process group we created, and deepspeed.comm's handle on it."""
+        created = self._created_process_group
+        if self.deepspeed_engine is not None:
+            self.model = self.module
+        self.optimizers = []
+        super().teardown()
+        if created:
+            reset_comm_backend()
+
+    def __repr__(self) -> str:
+        return f"DeepSpeedStrategy(stage={self.zero_stage}, offload={self._offload_summary()})"
+
+    def _offload_summary(self) -> dict[str, str]:
+        zero = self.config.get("zero_optimization", {})
+        return {key: zero[key].get("device", "cpu") for key in ("offload_optimizer", "offload_param") if isinstance(zero.get(key), dict)}

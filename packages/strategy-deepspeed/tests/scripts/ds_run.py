@@ -1,0 +1,197 @@
+"""Training script the tests run in a subprocess (DeepSpeedStrategy re-runs it once per extra rank).
+
+Modes:
+    parity   Train with DeepSpeed, save a checkpoint, then train the same model with a plain
+             torch DistributedDataParallel loop in the same processes; write both loss curves.
+    resume   Train N steps straight; train N/2, save, resume to N in a new Trainer; write both.
+    reload   One process: try to resume / evaluate a checkpoint from the command line and report
+             what happened (used for wrong-model and wrong-world-size checks).
+
+Every rank writes ``<out>/rank<R>.json``; rank 0 also writes ``ref_weights.pt`` (parity).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from phalanx import Module, Trainer
+
+LR = 0.05
+BATCH = 4
+
+
+def build_layers(hidden: int) -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+
+
+def dataset() -> TensorDataset:
+    generator = torch.Generator().manual_seed(1234)
+    x = torch.randn(64, 8, generator=generator)
+    y = x.sum(dim=1, keepdim=True) * 0.3 + 0.1 * torch.randn(64, 1, generator=generator)
+    return TensorDataset(x, y)
+
+
+class Net(Module):
+    """A small regression MLP; layers built in __init__ or (``lazy``) in configure_model."""
+
+    def __init__(self, hidden: int = 32, lazy: bool = False) -> None:
+        super().__init__()
+        self.hidden = hidden
+        self.lazy = lazy
+        self.layers: nn.Module | None = None if lazy else build_layers(hidden)
+        self.losses: list[float] = []
+
+    def configure_model(self) -> None:
+        if self.layers is None:
+            self.layers = build_layers(self.hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        assert self.layers is not None
+        return self.layers(x)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = F.mse_loss(self(x), y)
+        self.losses.append(float(loss.detach().float()))
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.log("val_loss", F.mse_loss(self(x), y).float(), sync_dist=True)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=LR)
+
+
+def loader() -> DataLoader:
+    return DataLoader(dataset(), batch_size=BATCH, shuffle=False)
+
+
+def trainer(args: argparse.Namespace, steps: int, devices: int | None = None) -> Trainer:
+    return Trainer(
+        accelerator="cpu",
+        devices=devices or args.devices,
+        strategy=args.strategy,
+        precision=args.precision,
+        max_steps=steps,
+        accumulate_grad_batches=args.accumulate,
+        gradient_clip_val=args.clip or None,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        default_root_dir=args.out,
+    )
+
+
+def reference(args: argparse.Namespace) -> list[float]:
+    """The same run as plain torch: DDP over gloo, DistributedSampler, no_sync accumulation."""
+    rank, world = int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.ref_port}", rank=rank, world_size=world)
+    try:
+        model = build_layers(args.hidden)
+        ddp = nn.parallel.DistributedDataParallel(model)
+        optimizer = torch.optim.Adam(ddp.parameters(), lr=LR)
+        sampler = DistributedSampler(dataset(), num_replicas=world, rank=rank, shuffle=False, seed=0)
+        data = DataLoader(dataset(), batch_size=BATCH, sampler=sampler)
+        losses: list[float] = []
+        steps, epoch = 0, 0
+        while steps < args.steps:
+            sampler.set_epoch(epoch)
+            for index, (x, y) in enumerate(data):
+                boundary = (index + 1) % args.accumulate == 0
+                with nullcontext() if boundary else ddp.no_sync():
+                    loss = F.mse_loss(ddp(x), y)
+                    losses.append(float(loss.detach()))
+                    (loss / args.accumulate).backward()
+                if boundary:
+                    if args.clip:
+                        torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+                    optimizer.step()
+                    optimizer.zero_grad()
+                    steps += 1
+                    if steps == args.steps:
+                        break
+            epoch += 1
+        if rank == 0:
+            torch.save(model.state_dict(), os.path.join(args.out, "ref_weights.pt"))
+        return losses
+    finally:
+        dist.destroy_process_group()
+
+
+def write(args: argparse.Namespace, rank: int, result: dict[str, Any]) -> None:
+    with open(os.path.join(args.out, f"rank{rank}.json"), "w", encoding="utf-8") as handle:
+        json.dump(result, handle)
+
+
+def parity(args: argparse.Namespace) -> None:
+    model = Net(args.hidden, lazy=args.lazy)
+    run = trainer(args, args.steps)
+    run.fit(model, loader())
+    run.save_checkpoint(os.path.join(args.out, "ckpt"))
+    rank = run.global_rank
+    write(args, rank, {"losses": model.losses, "ref": reference(args), "world": run.world_size})
+
+
+def resume(args: argparse.Namespace) -> None:
+    straight = Net(args.hidden, lazy=args.lazy)
+    trainer(args, args.steps).fit(straight, loader())
+    first = Net(args.hidden, lazy=args.lazy)
+    half = trainer(args, args.steps // 2)
+    half.fit(first, loader())
+    path = os.path.join(args.out, "half.ckpt")
+    half.save_checkpoint(path)
+    second = Net(args.hidden, lazy=args.lazy)
+    resumed = trainer(args, args.steps)
+    resumed.fit(second, loader(), ckpt_path=path)
+    write(args, resumed.global_rank, {"straight": straight.losses, "first": first.losses, "resumed": second.losses})
+
+
+def reload(args: argparse.Namespace) -> None:
+    """Fit from ``--ckpt`` (expected to fail) and validate from it (expected to work when --validate)."""
+    result: dict[str, Any] = {}
+    try:
+        trainer(args, args.steps).fit(Net(args.hidden, lazy=args.lazy), loader(), ckpt_path=args.ckpt)
+        result["fit"] = "ok"
+    except Exception as error:  # the test inspects the message
+        result["fit"] = f"{type(error).__name__}: {error}"
+    if args.validate:
+        metrics = trainer(args, args.steps).validate(Net(args.hidden, lazy=args.lazy), loader(), ckpt_path=args.ckpt, verbose=False)
+        result["val_loss"] = float(metrics[0]["val_loss"])
+    write(args, 0, result)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["parity", "resume", "reload"])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--strategy", default="deepspeed_stage_2")
+    parser.add_argument("--precision", default="32-true")
+    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--accumulate", type=int, default=1)
+    parser.add_argument("--clip", type=float, default=0.0)
+    parser.add_argument("--hidden", type=int, default=32)
+    parser.add_argument("--lazy", action="store_true", help="build layers in configure_model")
+    parser.add_argument("--ref-port", type=int, default=0)
+    parser.add_argument("--ckpt")
+    parser.add_argument("--validate", action="store_true")
+    args = parser.parse_args()
+    {"parity": parity, "resume": resume, "reload": reload}[args.mode](args)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

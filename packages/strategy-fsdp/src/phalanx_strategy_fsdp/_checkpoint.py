@@ -1,0 +1,238 @@
+"""Sharded and full FSDP checkpoints through ``torch.distributed.checkpoint`` (DCP).
+
+A *sharded* checkpoint is a directory: DCP's ``.metadata`` plus one ``__<rank>_0.distcp`` file per
+rank, written by every rank in parallel, and ``meta.pt`` (rank 0) with the rest of the Trainer's
+state (loops, callbacks, schedulers, precision). DCP records each tensor's global shape and every
+shard's offsets, so a checkpoint written by N ranks loads on M ranks: each rank reads just the
+slices its own shards cover. A *full* checkpoint is one ordinary phalanx file written by rank 0,
+with the unsharded weights and position-keyed optimizer state, loadable by any strategy.
+
+Every function here is collective: all ranks must call it together.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from typing import Any
+
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.optim import Optimizer
+
+from phalanx.checkpoint_io.checkpoint_io import CheckpointIO, PathLike
+from phalanx.errors import CheckpointError
+from phalanx_strategy_fsdp._state import check_model_matches, full_to_plain, optimizer_fqns, to_fqn_keys, to_index_keys
+
+__all__ = [
+    "META_FILE",
+    "MODEL_KEY",
+    "OPTIMIZER_KEY",
+    "is_sharded_checkpoint",
+    "load_full_model",
+    "load_full_optimizers",
+    "load_sharded",
+    "read_sharded_meta",
+    "save_full",
+    "save_sharded",
+    "saved_model_shapes",
+]
+
+META_FILE = "meta.pt"
+MODEL_KEY = "state_dict"
+OPTIMIZER_KEY = "optimizer_states"
+FORMAT = "phalanx-fsdp-sharded"
+#: Trainer keys that cannot be stored as they are: mid-accumulation gradients live inside FSDP's
+#: unsharded buffers, not in ``param.grad``, so the Trainer's copy would be wrong (see docs/fsdp.md).
+_DROPPED = ("accumulated_grads",)
+_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def is_sharded_checkpoint(path: PathLike) -> bool:
+    """Whether ``path`` is a DCP directory (this plugin's sharded format)."""
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, ".metadata"))
+
+
+def read_sharded_meta(path: PathLike, checkpoint_io: CheckpointIO) -> dict[str, Any]:
+    """The Trainer state stored next to the shards.
+
+    Raises:
+        CheckpointError: ``meta.pt`` is missing (an interrupted save, or a DCP directory that was
+            not written by phalanx).
+    """
+    meta_path = os.path.join(path, META_FILE)
+    if not os.path.isfile(meta_path):
+        msg = (
+            f"{str(path)!r} holds DCP shards but no {META_FILE}: the save was interrupted, or the directory was "
+            "not written by phalanx's FSDPStrategy. Fix: resume from an earlier checkpoint."
+        )
+        raise CheckpointError(msg)
+    meta = checkpoint_io.load_checkpoint(meta_path)
+    if meta.get("fsdp", {}).get("format") != FORMAT:
+        msg = f"{meta_path!r} is not a phalanx FSDP metadata file (no 'fsdp.format' == {FORMAT!r}); pass a checkpoint written by FSDPStrategy."
+        raise CheckpointError(msg)
+    return meta
+
+
+def _metadata(path: PathLike) -> Metadata:
+    return FileSystemReader(os.fspath(path)).read_metadata()
+
+
+def saved_model_shapes(metadata: Metadata) -> dict[str, tuple[int, ...] | None]:
+    """Model entry name -> global shape (``None`` for non-tensor entries), from DCP's metadata."""
+    prefix = MODEL_KEY + "."
+    return {
+        key[len(prefix) :]: tuple(item.size) if isinstance(item, TensorStorageMetadata) else None
+        for key, item in metadata.state_dict_metadata.items()
+        if key.startswith(prefix)
+    }
+
+
+def _saved_optimizer_count(metadata: Metadata) -> int:
+    prefix = OPTIMIZER_KEY + "."
+    return len({key[len(prefix) :].split(".", 1)[0] for key in metadata.state_dict_metadata if key.startswith(prefix)})
+
+
+def _sharded_state(model: nn.Module, optimizers: list[Optimizer]) -> dict[str, Any]:
+    state: dict[str, Any] = {MODEL_KEY: get_model_state_dict(model)}
+    if optimizers:
+        state[OPTIMIZER_KEY] = {str(i): get_optimizer_state_dict(model, opt) for i, opt in enumerate(optimizers)}
+    return state
+
+
+def save_sharded(
+    checkpoint: dict[str, Any],
+    path: PathLike,
+    *,
+    model: nn.Module,
+    optimizers: list[Optimizer],
+    checkpoint_io: CheckpointIO,
+    is_global_zero: bool,
+    barrier: Callable[[], None],
+    world_size: int,
+) -> None:
+    """Every rank writes its shards; rank 0 writes ``meta.pt`` last, so its presence marks completion.
+
+    The model and optimizer state are taken from the live objects (not from ``checkpoint``), keyed by
+    parameter name, which is what makes resharding on load possible.
+    """
+    if is_global_zero:
+        if os.path.isdir(path):
+            shutil.rmtree(path)  # stale shards of a larger world would otherwise linger
+        elif os.path.exists(path):
+            os.remove(path)
+        os.makedirs(path)
+    barrier()
+    dcp.save(_sharded_state(model, optimizers), storage_writer=FileSystemWriter(os.fspath(path)))
+    if is_global_zero:
+        meta = {key: value for key, value in checkpoint.items() if key not in (MODEL_KEY, OPTIMIZER_KEY, *_DROPPED)}
+        meta["fsdp"] = {"format": FORMAT, "version": 1, "world_size": world_size, "num_optimizers": len(optimizers)}
+        checkpoint_io.save_checkpoint(meta, os.path.join(path, META_FILE))
+    barrier()
+
+
+def load_sharded(
+    path: PathLike,
+    *,
+    model: nn.Module,
+    optimizers: list[Optimizer],
+    checkpoint_io: CheckpointIO,
+    strict: bool = True,
+) -> dict[str, Any]:
+    """Load model (and, when given, optimizer) shards in place, resharding to this world size.
+
+    Returns:
+        The Trainer state from ``meta.pt`` (without model or optimizer state).
+
+    Raises:
+        CheckpointError: Another model, another number of optimizers, or unreadable shards.
+    """
+    meta = read_sharded_meta(path, checkpoint_io)
+    metadata = _metadata(path)
+    check_model_matches(model, saved_model_shapes(metadata), source=os.fspath(path), strict=strict)
+    saved_optimizers = _saved_optimizer_count(metadata)
+    if optimizers and saved_optimizers != len(optimizers):
+        msg = (
+            f"The checkpoint {os.fspath(path)!r} holds {saved_optimizers} optimizer state(s) but configure_optimizers "
+            f"created {len(optimizers)}. Fix: resume with the optimizers the checkpoint was trained with."
+        )
+        raise CheckpointError(msg)
+    state = _sharded_state(model, optimizers)
+    try:
+        dcp.load(state, storage_reader=FileSystemReader(os.fspath(path)))
+    except Exception as error:  # DCP wraps per-rank failures in its own exception types
+        msg = (
+            f"Could not load the sharded checkpoint {os.fspath(path)!r}: {str(error).splitlines()[0] if str(error) else type(error).__name__}. "
+            "A different optimizer type than the one it was trained with is the usual cause; fix: resume with the "
+            "same configure_optimizers, or load weights only."
+        )
+        raise CheckpointError(msg) from error
+    set_model_state_dict(model, state[MODEL_KEY], options=StateDictOptions(strict=strict))
+    for index, optimizer in enumerate(optimizers):
+        set_optimizer_state_dict(model, optimizer, state[OPTIMIZER_KEY][str(index)])
+    return meta
+
+
+def save_full(
+    checkpoint: dict[str, Any],
+    path: PathLike,
+    *,
+    model: nn.Module,
+    optimizers: list[Optimizer],
+    checkpoint_io: CheckpointIO,
+    is_global_zero: bool,
+    barrier: Callable[[], None],
+) -> None:
+    """Gather everything to rank 0 (on CPU, one tensor at a time) and write one ordinary file."""
+    state_dict = full_to_plain(get_model_state_dict(model, options=_FULL))
+    optimizer_states = [
+        full_to_plain(get_optimizer_state_dict(model, optimizer, options=_FULL)) for optimizer in optimizers
+    ]
+    if is_global_zero:
+        positional = [to_index_keys(state, optimizer_fqns(model, opt)) for state, opt in zip(optimizer_states, optimizers)]
+        full = {key: value for key, value in checkpoint.items() if key not in _DROPPED}
+        full[MODEL_KEY] = state_dict
+        if optimizers:
+            full[OPTIMIZER_KEY] = positional
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        checkpoint_io.save_checkpoint(full, path)
+    barrier()
+
+
+def load_full_model(model: nn.Module, state_dict: dict[str, Any], *, source: str, strict: bool = True) -> None:
+    """Shard a full state dict (every rank holds it) into the model.
+
+    Raises:
+        CheckpointError: The state dict belongs to another model.
+    """
+    shapes = {name: tuple(v.shape) if hasattr(v, "shape") else None for name, v in state_dict.items()}
+    check_model_matches(model, shapes, source=source, strict=strict)
+    set_model_state_dict(model, state_dict, options=StateDictOptions(full_state_dict=True, strict=strict))
+
+
+def load_full_optimizers(model: nn.Module, optimizers: list[Optimizer], states: list[dict[str, Any]], *, source: str) -> None:
+    """Load position- or name-keyed full optimizer states (from fsdp "full", ddp or single_device files).
+
+    Raises:
+        CheckpointError: A different number of optimizers.
+    """
+    if len(states) != len(optimizers):
+        msg = (
+            f"The checkpoint {source!r} holds {len(states)} optimizer state(s) but configure_optimizers created "
+            f"{len(optimizers)}. Fix: resume with the optimizers the checkpoint was trained with."
+        )
+        raise CheckpointError(msg)
+    for optimizer, state in zip(optimizers, states):
+        named = to_fqn_keys(state, optimizer_fqns(model, optimizer))
+        set_optimizer_state_dict(model, optimizer, named, options=StateDictOptions(full_state_dict=True))

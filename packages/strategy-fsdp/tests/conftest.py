@@ -1,0 +1,77 @@
+"""Shared fixtures: nothing may be left behind, and the chained multi-process runs.
+
+The runs are session-scoped and chained (train -> reshard to 1 rank -> resume on 2 ranks) because
+each costs real CPU time; the tests then only read their outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fsdp_testing import ppid_of, run_phalanx, run_torch_ranks
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_behind() -> Iterator[None]:
+    """No test may leave env vars, a process group or child processes behind."""
+    before = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    yield
+    after = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    assert after == before, f"a test changed os.environ: {set(after.items()) ^ set(before.items())}"
+    import torch.distributed as dist
+
+    assert not (dist.is_available() and dist.is_initialized()), "a test left a process group initialised"
+    children = [p for p in Path("/proc").iterdir() if p.name.isdigit() and ppid_of(p) == os.getpid()]
+    assert not children, f"a test left child processes behind: {[p.name for p in children]}"
+
+
+# ---------------------------------------------------------------------- the chained runs
+@pytest.fixture(scope="session")
+def out_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("fsdp_runs")
+
+
+@pytest.fixture(scope="session")
+def reference(out_dir: Path) -> Path:
+    """Plain torch DDP, 2 ranks: per-rank losses and weights after each epoch."""
+    run_torch_ranks("reference_ddp.py", str(out_dir))
+    return out_dir
+
+
+@pytest.fixture(scope="session")
+def fsdp_run(reference: Path) -> Path:
+    """fsdp, 2 ranks, per-block sharding: a sharded checkpoint after epoch 0, a full one after epoch 1."""
+    config = {"strategy": {"auto_wrap_policy": ["Block"]}, "save_epochs": True, "full_last_epoch": True}
+    run_phalanx("train.py", str(reference), "run1", json.dumps(config))
+    return reference
+
+
+@pytest.fixture(scope="session")
+def resharded_run(fsdp_run: Path) -> Path:
+    """1 rank: loads the 2-rank sharded checkpoint (and the full file), re-saves sharded, tries another model."""
+    out = fsdp_run
+    config = {
+        "devices": 1,
+        "strategy": {"auto_wrap_policy": ["Block"]},
+        "resume": str(out / "run1_epoch0"),
+        "max_steps": 3,
+        "verify_against": str(out / "ref_weights.pt"),
+        "resave": "run2_resharded",
+        "mismatch": True,
+        "full_file": str(out / "run1_epoch1"),
+    }
+    run_phalanx("train.py", str(out), "run2", json.dumps(config))
+    return out
+
+
+@pytest.fixture(scope="session")
+def resumed_run(resharded_run: Path) -> Path:
+    """2 ranks: resume epoch 1 from the checkpoint the 1-rank run wrote."""
+    config = {"strategy": {"auto_wrap_policy": ["Block"]}, "resume": str(resharded_run / "run2_resharded"), "save_epochs": True}
+    run_phalanx("train.py", str(resharded_run), "run3", json.dumps(config))
+    return resharded_run

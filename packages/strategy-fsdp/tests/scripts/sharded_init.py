@@ -1,0 +1,97 @@
+"""Sharded initialisation: a model built in ``configure_model`` never exists in full on any rank.
+
+``python sharded_init.py OUT``. Builds 16 blocks of 1024x1024 linear layers (about 67 MB of float32
+weights) on the meta device, shards them over 2 ranks and trains one bf16-mixed step. Each rank
+records how much its resident memory grew from just before building the model to its peak after
+setup (``ru_maxrss``, which includes every allocation made meanwhile), next to the model's full size.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+from torch.utils.data import DataLoader, TensorDataset
+
+import phalanx
+from phalanx_strategy_fsdp import FSDPStrategy
+
+from common import write_json
+
+WIDTH, DEPTH = 1024, 16
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class Big(phalanx.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers: nn.Sequential | None = None
+        self.record: dict[str, Any] = {}
+
+    def configure_model(self) -> None:
+        # torch spends ~30 MB once, on the first fully_shard call of a process (lazy imports, dispatch
+        # tables), whatever the model size; pay it on a tiny module so the measurement shows the model.
+        fully_shard(nn.Linear(2, 2), mesh=self.trainer.strategy.device_mesh)
+        self.record["rss_before"] = _rss_bytes()
+        self.layers = nn.Sequential(*[nn.Linear(WIDTH, WIDTH) for _ in range(DEPTH)])
+        self.record["built_on_meta"] = all(p.is_meta for p in self.layers.parameters())
+
+    def on_fit_start(self) -> None:
+        self.record["peak_after_setup"] = _peak_rss_bytes()
+        params = list(self.parameters())
+        self.record["full_bytes"] = sum(p.numel() * p.element_size() for p in params)
+        self.record["local_bytes"] = sum(p.to_local().numel() * p.element_size() for p in params if isinstance(p, DTensor))
+        self.record["all_dtensor"] = all(isinstance(p, DTensor) for p in params)
+        self.record["weight_std"] = float(params[0].detach().to_local().float().std())
+        self.record["param_dtype"] = str(params[0].dtype)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        (x,) = batch
+        out = self.layers(x)
+        self.record["compute_dtype"] = str(out.dtype)
+        loss = F.mse_loss(out.float(), torch.zeros_like(out, dtype=torch.float32))
+        self.record["loss"] = float(loss.detach())
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(TensorDataset(torch.randn(8, WIDTH, generator=torch.Generator().manual_seed(0))), batch_size=4)
+
+
+def main(out: str) -> None:
+    strategy = FSDPStrategy(auto_wrap_policy={nn.Linear})
+    trainer = phalanx.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy=strategy,
+        precision="bf16-mixed",
+        max_steps=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        default_root_dir=out,
+    )
+    model = Big()
+    trainer.fit(model)
+    write_json(os.path.join(out, f"init_rank{trainer.global_rank}.json"), model.record)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,57 @@
+"""The plugin contract: names registered with descriptions, listing stays torch-free, conformance."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from phalanx.registry import StrategyRegistry
+from phalanx.testing import StrategyConformance
+
+NAMES = ("fsdp", "fsdp_cpu_offload", "fsdp_no_reshard", "fsdp_shard_grad_op", "fsdp_full_state_dict", "hsdp")
+
+
+def test_every_variant_is_registered_available_and_described() -> None:
+    for name in NAMES:
+        entry = StrategyRegistry.entry(name)
+        assert entry.available, name
+        assert entry.description and len(entry.description) > 20, name
+        assert StrategyRegistry.get_class(name).__name__ == "FSDPStrategy"
+
+
+@pytest.mark.parametrize(
+    ("name", "attribute", "value"),
+    [
+        ("fsdp", "reshard_after_forward", True),
+        ("fsdp_cpu_offload", "cpu_offload", True),
+        ("fsdp_no_reshard", "reshard_after_forward", False),
+        ("fsdp_full_state_dict", "state_dict_type", "full"),
+        ("hsdp", "device_mesh_spec", "hybrid"),
+    ],
+)
+def test_variants_configure_the_strategy(name: str, attribute: str, value: object) -> None:
+    assert getattr(StrategyRegistry.get(name), attribute) == value
+
+
+def test_strategy_class_imports_from_phalanx_strategies() -> None:
+    from phalanx.strategies import FSDPStrategy
+    from phalanx_strategy_fsdp import FSDPStrategy as Direct
+
+    assert FSDPStrategy is Direct
+
+
+def test_plugin_module_imports_no_torch() -> None:
+    code = "import sys, phalanx_strategy_fsdp._plugin; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.timeout(300)
+class TestFSDPConformance(StrategyConformance):
+    """The core's vendor kit: registration, components, fit vs plain PyTorch, failing rank."""
+
+    strategy = "fsdp"
+    devices = 2
+    atol = 1e-5

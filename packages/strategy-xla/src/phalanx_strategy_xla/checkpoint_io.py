@@ -1,0 +1,129 @@
+"""Checkpoints of XLA tensors: one file from the master ordinal, or a sharded DCP folder.
+
+XLA tensors cannot be pickled as they are: they live in the runtime, and an SPMD-sharded one
+exists only as pieces on several devices. Full checkpoints therefore bring every tensor to the
+CPU first (gathering shards), on every replica (each must take part in the transfer), and then
+only the master ordinal writes, like ``xm.save``, through the core's atomic writer. Sharded
+checkpoints use ``torch.distributed.checkpoint`` with torch-xla's SPMD planners, so each shard is
+written from the device that holds it and no host ever needs the whole model in memory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from phalanx._collections import apply_to_collection
+from phalanx.checkpoint_io.checkpoint_io import PathLike
+from phalanx.checkpoint_io.torch_io import TorchCheckpointIO
+from phalanx.errors import CheckpointError, MisconfigurationError
+
+__all__ = ["SHARDED_MARKER", "XLACheckpointIO", "load_sharded_to_cpu"]
+
+#: File written into every sharded checkpoint folder; ``phalanx checkpoint convert`` looks for it.
+SHARDED_MARKER = "phalanx_xla_sharded"
+
+
+def _to_cpu(data: Any) -> Any:
+    return apply_to_collection(data, torch.Tensor, lambda t: t.detach().cpu() if t.device.type == "xla" else t)
+
+
+class XLACheckpointIO(TorchCheckpointIO):
+    """Save XLA state on the master ordinal (full) or shard by shard (``sharded=True``).
+
+    Args:
+        sharded: Write a ``torch.distributed.checkpoint`` folder with torch-xla's
+            ``SPMDSavePlanner`` instead of one file. Meant for SPMD strategies (``xla_fsdp``).
+    """
+
+    def __init__(self, *, sharded: bool = False) -> None:
+        self.sharded = sharded
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: PathLike, storage_options: Any | None = None) -> None:
+        """Write ``checkpoint``; call it on every replica (only the master ordinal writes).
+
+        Raises:
+            MisconfigurationError: ``storage_options`` was given (this IO takes none).
+        """
+        if storage_options is not None:
+            msg = (
+                f"XLACheckpointIO.save_checkpoint got storage_options={storage_options!r}, but it supports none; "
+                "pass storage_options=None."
+            )
+            raise MisconfigurationError(msg)
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+
+        torch_xla.sync()  # pending lazy updates (the last optimizer step) must land before reading weights
+        if self.sharded:
+            self._save_sharded(checkpoint, Path(path))
+            return
+        cpu_checkpoint = _to_cpu(checkpoint)
+        if xm.is_master_ordinal(local=False):
+            super().save_checkpoint(cpu_checkpoint, path)
+        _rendezvous("phalanx_xla_checkpoint_saved")
+
+    def _save_sharded(self, checkpoint: dict[str, Any], folder: Path) -> None:
+        import torch.distributed.checkpoint as dcp
+        import torch_xla.core.xla_model as xm
+        from torch_xla.experimental.distributed_checkpoint import SPMDSavePlanner
+
+        if folder.is_file():
+            msg = f"Sharded checkpoint path {str(folder)!r} is an existing file; pass a folder path (e.g. 'last.ckpt/')."
+            raise MisconfigurationError(msg)
+        folder.mkdir(parents=True, exist_ok=True)
+        dcp.save(checkpoint, storage_writer=dcp.FileSystemWriter(str(folder)), planner=SPMDSavePlanner(), no_dist=True)
+        if xm.is_master_ordinal(local=False):
+            (folder / SHARDED_MARKER).write_text("torch.distributed.checkpoint written by phalanx-strategy-xla\n")
+
+    def load_checkpoint(
+        self,
+        path: PathLike,
+        map_location: Any | None = None,
+        *,
+        weights_only: bool = True,
+    ) -> dict[str, Any]:
+        """Read a full file, or a sharded folder into one CPU checkpoint (any mesh can load it)."""
+        target = Path(path)
+        if target.is_dir():
+            if not (target / SHARDED_MARKER).exists() and not (target / ".metadata").exists():
+                msg = (
+                    f"Checkpoint folder {str(target)!r} is not a sharded checkpoint (no .metadata inside); "
+                    "pass the folder written by save_checkpoint or a checkpoint file."
+                )
+                raise CheckpointError(msg)
+            return load_sharded_to_cpu(target)
+        return super().load_checkpoint(path, map_location, weights_only=weights_only)
+
+    def __repr__(self) -> str:
+        return f"XLACheckpointIO(sharded={self.sharded})"
+
+
+def load_sharded_to_cpu(folder: Path) -> dict[str, Any]:
+    """Load a DCP folder into a nested dict of CPU tensors, without a template state dict.
+
+    Raises:
+        CheckpointError: The folder cannot be read as a ``torch.distributed.checkpoint``.
+    """
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    state: dict[str, Any] = {}
+    try:
+        _load_state_dict(state, storage_reader=FileSystemReader(str(folder)), planner=_EmptyStateDictLoadPlanner(), no_dist=True)
+    except Exception as err:
+        msg = f"Cannot read sharded checkpoint {str(folder)!r} ({type(err).__name__}: {err}); it may be incomplete."
+        raise CheckpointError(msg) from err
+    return state
+
+
+def _rendezvous(tag: str) -> None:
+    """Wait for every replica of a multi-process run, so no rank reads a file still being written."""
+    import torch_xla.core.xla_model as xm
+    import torch_xla.runtime as xr
+
+    if xr.world_size() > 1:
+        xm.rendezvous(tag)
