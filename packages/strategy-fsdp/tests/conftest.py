@@ -12,16 +12,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from fsdp_testing import ppid_of, run_phalanx, run_torch_ranks
+
+#: Set by pytest itself, and by torch the first time its compiler stack is imported.
+_SET_BY_TOOLS = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR")
 
 
 @pytest.fixture(autouse=True)
 def _nothing_left_behind() -> Iterator[None]:
     """No test may leave env vars, a process group or child processes behind."""
-    before = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    before = {k: v for k, v in os.environ.items() if k not in _SET_BY_TOOLS}
     yield
-    after = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    after = {k: v for k, v in os.environ.items() if k not in _SET_BY_TOOLS}
     assert after == before, f"a test changed os.environ: {set(after.items()) ^ set(before.items())}"
     import torch.distributed as dist
 
@@ -72,6 +74,10 @@ def resharded_run(fsdp_run: Path) -> Path:
 @pytest.fixture(scope="session")
 def resumed_run(resharded_run: Path) -> Path:
     """2 ranks: resume epoch 1 from the checkpoint the 1-rank run wrote."""
-    config = {"strategy": {"auto_wrap_policy": ["Block"]}, "resume": str(resharded_run / "run2_resharded"), "save_epochs": True}
+    config = {
+        "strategy": {"auto_wrap_policy": ["Block"]},
+        "resume": str(resharded_run / "run2_resharded"),
+        "save_epochs": True,
+    }
     run_phalanx("train.py", str(resharded_run), "run3", json.dumps(config))
     return resharded_run

@@ -90,7 +90,9 @@ def run_torch_ranks(script: str, *args: str, world_size: int = 2, timeout: float
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
-            env=_child_env({"RANK": str(r), "WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}),
+            env=_child_env(
+                {"RANK": str(r), "WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+            ),
             cwd=str(SCRIPTS),
         )
         for r in range(world_size)

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from fsdp_testing import read_ranks
 
 pytestmark = pytest.mark.timeout(240)

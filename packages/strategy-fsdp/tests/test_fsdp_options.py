@@ -26,7 +26,7 @@ class Block(nn.Module):
 
 @pytest.mark.parametrize("policy", ["Block", nn.Linear(2, 2), {1, 2}, set(), [nn.Linear, "x"], 3])
 def test_wrong_policy_types_are_refused(policy: object) -> None:
-    with pytest.raises(MisconfigurationError, match="auto_wrap_policy=.*nn.Module subclass|not a policy"):
+    with pytest.raises(MisconfigurationError, match=r"auto_wrap_policy=.*nn.Module subclass|not a policy"):
         FSDPStrategy(auto_wrap_policy=policy)
     with pytest.raises(MisconfigurationError, match="activation_checkpointing_policy="):
         FSDPStrategy(activation_checkpointing_policy=policy)
@@ -43,7 +43,10 @@ def test_accepted_policy_forms() -> None:
 def test_module_class_missing_from_model_is_named() -> None:
     strategy = FSDPStrategy(auto_wrap_policy={nn.TransformerEncoderLayer})
     model = nn.Sequential(Block())
-    with pytest.raises(MisconfigurationError, match=r"\['TransformerEncoderLayer'\].*do\(es\) not occur.*\['Block', 'Linear', 'Sequential'\]"):
+    with pytest.raises(
+        MisconfigurationError,
+        match=r"\['TransformerEncoderLayer'\].*do\(es\) not occur.*\['Block', 'Linear', 'Sequential'\]",
+    ):
         shard_module(
             model,
             mesh=None,  # type: ignore[arg-type]  # checked before any sharding happens
@@ -81,7 +84,9 @@ def test_mesh_must_cover_the_world() -> None:
 
 
 def test_cpu_offload_refuses_16_mixed_at_trainer_construction() -> None:
-    with pytest.raises(MisconfigurationError, match=r"cpu_offload=True\) cannot serve precision='16-mixed'.*bf16-mixed"):
+    with pytest.raises(
+        MisconfigurationError, match=r"cpu_offload=True\) cannot serve precision='16-mixed'.*bf16-mixed"
+    ):
         Trainer(strategy="fsdp_cpu_offload", accelerator="cpu", devices=2, precision="16-mixed", logger=False)
     with pytest.raises(MisconfigurationError, match="cannot serve precision='16-mixed'"):
         FSDPStrategy(cpu_offload=True, precision_plugin=MixedPrecision("16-mixed"))

@@ -43,7 +43,9 @@ def test_strategy_class_imports_from_phalanx_strategies() -> None:
 
 
 def test_plugin_module_imports_no_torch() -> None:
-    code = "import sys, phalanx_strategy_fsdp._plugin; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
+    code = (
+        "import sys, phalanx_strategy_fsdp._plugin; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
 

@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from fsdp_testing import read_ranks, run_phalanx
 
 pytestmark = pytest.mark.timeout(240)

@@ -75,6 +75,13 @@ def main() -> None:
         loaded = sharded_trainer.strategy.checkpoint_io.load_checkpoint(folder)
         out["sharded_matches"] = all(torch.equal(loaded["state_dict"][k], v.cpu()) for k, v in sharded_model.state_dict().items())
 
+        from phalanx.plugins import convert_checkpoint
+
+        portable = root / "portable.ckpt"
+        convert_checkpoint(str(folder), str(portable))  # what `phalanx checkpoint convert` runs
+        converted = torch.load(portable, map_location="cpu", weights_only=True)["state_dict"]
+        out["converted_matches"] = all(torch.equal(converted[k], v.cpu()) for k, v in sharded_model.state_dict().items())
+
         resumed = DemoModel()
         _trainer(root, epochs=EPOCHS + 1, strategy=XLAFSDPStrategy(state_dict_type="sharded")).fit(
             resumed, make_loader(), ckpt_path=str(folder)

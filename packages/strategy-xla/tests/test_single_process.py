@@ -13,12 +13,20 @@ import pytest
 
 pytest.importorskip("torch_xla")
 
-import torch  # noqa: E402
-from _demo import EPOCHS, DemoModel, cpu_reference_losses, make_loader  # noqa: E402
+import subprocess
+import sys
 
-from phalanx import Trainer  # noqa: E402
+import torch
+import torch_xla.runtime as xr
+from _demo import EPOCHS, DemoModel, cpu_reference_losses, make_loader
+
+from phalanx import Trainer
 
 TOLERANCE = 1e-4
+
+# Start XLA before any CPU backward runs in this process: once torch's autograd engine has started
+# without XLA devices, every later XLA backward fails (pytorch/xla issue 4174).
+xr.global_runtime_device_count()
 
 
 def _fit(strategy: str, tmp_path: Path, **trainer_kwargs: object) -> tuple[Trainer, DemoModel]:
@@ -103,3 +111,17 @@ def test_full_checkpoint_is_one_portable_cpu_file(tmp_path: Path) -> None:
     assert len(resumed.losses) == 4  # only the third epoch ran
     worst = max(abs(a - b) for a, b in zip(resumed.losses, reference[-4:]))
     assert worst < TOLERANCE, (resumed.losses, reference[-4:])
+
+
+def test_cpu_backward_before_xla_starts_gets_an_explanation_not_an_internal_assert(tmp_path: Path) -> None:
+    code = (
+        "import torch; w = torch.ones(2, requires_grad=True); (w * 2).sum().backward();"  # CPU autograd first
+        "from _demo import DemoModel, make_loader; from phalanx import Trainer;"
+        "Trainer(accelerator='xla', strategy='single_xla', devices=1, max_epochs=1, logger=False,"
+        f" enable_checkpointing=False, enable_progress_bar=False, default_root_dir={str(tmp_path)!r})"
+        ".fit(DemoModel(), make_loader())"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "PhalanxError" in proc.stderr and "pytorch/xla issue 4174" in proc.stderr, proc.stderr[-3000:]
+    assert "torch_xla.runtime.global_runtime_device_count()" in proc.stderr

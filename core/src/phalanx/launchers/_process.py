@@ -157,7 +157,8 @@ def install_rank_excepthook(*, fast_exit: bool, delay: bool = True) -> None:
         if _hook_state["delay"] and not isinstance(exc, KeyboardInterrupt):
             time.sleep(SECONDARY_FAILURE_DELAY)
         if isinstance(exc, KeyboardInterrupt):
-            _write(f"[rank {rank}] interrupted\n")
+            quiet = getattr(exc, _QUIET_ATTR, False)
+            _write("[phalanx] interrupted; stopped all ranks\n" if quiet else f"[rank {rank}] interrupted\n")
         elif getattr(exc, _QUIET_ATTR, False):
             _write(f"[phalanx] {exc_type.__name__}: {exc}\n")
         else:

@@ -190,8 +190,10 @@ class MultiProcessingLauncher(Launcher):
                     if worker.process.exitcode != 0:
                         stop_processes([w for _, w in pending.values()])
                         self._raise_worker_failed(local_rank, worker)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             stop_processes([w for _, w in pending.values()])
+            tag_exception(exc, 0, quiet=True)
+            install_rank_excepthook(fast_exit=True, delay=False)
             raise
 
     def _raise_worker_failed(self, local_rank: int, worker: _Worker) -> None:
@@ -203,7 +205,7 @@ class MultiProcessingLauncher(Launcher):
         )
         err = WorkerFailedError(msg)
         tag_exception(err, 0, quiet=True)
-        install_rank_excepthook(fast_exit=False)
+        install_rank_excepthook(fast_exit=True, delay=False)
         raise err
 
     def _raise_pickling_error(self, err: Exception, function: Any, args: Any, kwargs: Any, trainer: Any) -> None:

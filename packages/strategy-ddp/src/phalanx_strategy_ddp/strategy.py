@@ -149,6 +149,7 @@ class DDPStrategy(ParallelStrategy):
         script launcher is used whatever the start method: it then starts nothing and only runs the
         stage, so ``ddp_spawn`` under torchrun does not spawn a second set of workers.
         """
+        self._check_sync_batchnorm()
         env = self.cluster_environment
         if self._start_method == "popen" or env.creates_processes_externally:
             self._launcher = SubprocessScriptLauncher(env, self.num_processes, self.num_nodes)
@@ -157,6 +158,17 @@ class DDPStrategy(ParallelStrategy):
 
     def _on_configuration_change(self) -> None:
         self._launcher = None
+
+    def _check_sync_batchnorm(self) -> None:
+        """Refuse SyncBatchNorm on CPU before any process starts: torch only runs it on GPUs."""
+        devices = self.parallel_devices or []
+        if self.sync_batchnorm and devices and devices[0].type == "cpu":
+            msg = (
+                "sync_batchnorm=True needs GPU processes: torch's SyncBatchNorm does not run on CPU "
+                f"(devices: {[str(d) for d in devices]}). Fix: remove sync_batchnorm=True for CPU "
+                "training, or train on accelerator='cuda'."
+            )
+            raise MisconfigurationError(msg)
 
     # ------------------------------------------------------------------ setup
     def setup_environment(self) -> None:
@@ -188,6 +200,7 @@ class DDPStrategy(ParallelStrategy):
         fitting = bool(getattr(trainer, "training", True))
         if fitting:
             if self.sync_batchnorm:
+                self._check_sync_batchnorm()
                 self.model = nn.SyncBatchNorm.convert_sync_batchnorm(self.model)
             self.configure_ddp()
             self.setup_optimizers(trainer)

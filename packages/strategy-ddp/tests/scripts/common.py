@@ -76,11 +76,7 @@ def loader() -> DataLoader:
 
 
 def plain_ddp_loop() -> dict[str, torch.Tensor]:
-    """What a user writes by hand under torchrun: DDP + DistributedSampler(seed=0) + set_epoch.
-
-    The process group is left alive: under torchrun a default group cannot be re-created on the
-    agent's store, and phalanx then reuses the existing group (and leaves it alone).
-    """
+    """What a user writes by hand under torchrun: DDP + DistributedSampler(seed=0) + set_epoch."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
@@ -96,7 +92,9 @@ def plain_ddp_loop() -> dict[str, torch.Tensor]:
             optimizer.zero_grad()
             loss_fn(model, batch).backward()
             optimizer.step()
-    return {k: v.detach().clone() for k, v in model.module.state_dict().items()}
+    state = {k: v.detach().clone() for k, v in model.module.state_dict().items()}
+    dist.destroy_process_group()
+    return state
 
 
 def trainer_kwargs(**overrides: Any) -> dict[str, Any]:

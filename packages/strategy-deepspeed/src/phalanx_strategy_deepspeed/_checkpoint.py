@@ -83,7 +83,11 @@ class DeepSpeedCheckpointing:
         engine = self.deepspeed_engine  # type: ignore[attr-defined]
         path = os.fspath(filepath)
         if engine is None:
-            msg = "DeepSpeedStrategy.save_checkpoint needs the engine; it exists only after setup (inside fit/validate/...)."
+            msg = (
+                f"Cannot save {path!r}: DeepSpeed writes its shards collectively, so it needs the engine and the process "
+                "group, which exist only while fit/validate/test/predict runs. Fix: save during the run (ModelCheckpoint, "
+                "or self.trainer.save_checkpoint(...) in a hook such as on_train_end)."
+            )
             raise MisconfigurationError(msg)
         if storage_options is not None:
             msg = f"DeepSpeedStrategy.save_checkpoint got storage_options={storage_options!r}; it supports none. Pass None."

@@ -104,6 +104,29 @@ def reset_comm_backend() -> None:
     module.cdb = None
     if hasattr(comm, "cdb"):
         comm.cdb = None
+    _reset_group_cache()
+
+
+def _reset_group_cache() -> None:
+    """Drop the process groups ``deepspeed.utils.groups`` cached (world, data parallel, expert...).
+
+    They refer to the destroyed default group; the next engine would otherwise ask torch for ranks
+    in a group it no longer knows ("Group ... is not registered").
+    """
+    import torch.distributed as dist
+
+    try:
+        from deepspeed.utils import groups
+    except ImportError:  # pragma: no cover
+        return
+    for name, value in list(vars(groups).items()):
+        if isinstance(value, dist.ProcessGroup):
+            setattr(groups, name, None)
+        elif isinstance(value, dict) and name.startswith("_") and name.endswith(("GROUP", "GROUP_RANKS")):
+            value.clear()
+    for name in ("mpu", "mesh_device", "_MPU_TENSOR_MODEL_PARALLEL_WORLD_SIZE", "_MPU_TENSOR_MODEL_PARALLEL_RANK"):
+        if hasattr(groups, name):
+            setattr(groups, name, None)
 
 
 @contextmanager

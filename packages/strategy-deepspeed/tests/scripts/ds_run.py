@@ -4,8 +4,8 @@ Modes:
     parity   Train with DeepSpeed, save a checkpoint, then train the same model with a plain
              torch DistributedDataParallel loop in the same processes; write both loss curves.
     resume   Train N steps straight; train N/2, save, resume to N in a new Trainer; write both.
-    reload   One process: try to resume / evaluate a checkpoint from the command line and report
-             what happened (used for wrong-model and wrong-world-size checks).
+    reload   Try to resume / evaluate a checkpoint given on the command line and report what
+             happened (wrong-model and wrong-world-size checks); optionally train in bf16.
 
 Every rank writes ``<out>/rank<R>.json``; rank 0 also writes ``ref_weights.pt`` (parity).
 """
@@ -52,10 +52,14 @@ class Net(Module):
         self.lazy = lazy
         self.layers: nn.Module | None = None if lazy else build_layers(hidden)
         self.losses: list[float] = []
+        self.save_to: str | None = None
+        self.local_numel = -1
 
     def configure_model(self) -> None:
         if self.layers is None:
             self.layers = build_layers(self.hidden)
+            # Under ZeRO-3's zero.Init the layers are born partitioned: no local elements.
+            self.local_numel = sum(p.numel() for p in self.layers.parameters())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         assert self.layers is not None
@@ -70,6 +74,11 @@ class Net(Module):
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         x, y = batch
         self.log("val_loss", F.mse_loss(self(x), y).float(), sync_dist=True)
+
+    def on_train_end(self) -> None:
+        # DeepSpeed saves collectively: inside the run, while the process group exists.
+        if self.save_to:
+            self.trainer.save_checkpoint(self.save_to)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.parameters(), lr=LR)
@@ -138,21 +147,20 @@ def write(args: argparse.Namespace, rank: int, result: dict[str, Any]) -> None:
 
 def parity(args: argparse.Namespace) -> None:
     model = Net(args.hidden, lazy=args.lazy)
+    model.save_to = os.path.join(args.out, "ckpt")
     run = trainer(args, args.steps)
     run.fit(model, loader())
-    run.save_checkpoint(os.path.join(args.out, "ckpt"))
     rank = run.global_rank
-    write(args, rank, {"losses": model.losses, "ref": reference(args), "world": run.world_size})
+    write(args, rank, {"losses": model.losses, "ref": reference(args), "world": run.world_size, "numel": model.local_numel})
 
 
 def resume(args: argparse.Namespace) -> None:
     straight = Net(args.hidden, lazy=args.lazy)
     trainer(args, args.steps).fit(straight, loader())
     first = Net(args.hidden, lazy=args.lazy)
-    half = trainer(args, args.steps // 2)
-    half.fit(first, loader())
     path = os.path.join(args.out, "half.ckpt")
-    half.save_checkpoint(path)
+    first.save_to = path
+    trainer(args, args.steps // 2).fit(first, loader())
     second = Net(args.hidden, lazy=args.lazy)
     resumed = trainer(args, args.steps)
     resumed.fit(second, loader(), ckpt_path=path)
@@ -167,6 +175,12 @@ def reload(args: argparse.Namespace) -> None:
         result["fit"] = "ok"
     except Exception as error:  # the test inspects the message
         result["fit"] = f"{type(error).__name__}: {error}"
+    if args.bf16_steps:
+        model = Net(args.hidden, lazy=args.lazy)
+        args.precision = "bf16-mixed"
+        trainer(args, args.bf16_steps).fit(model, loader())
+        result["bf16_losses"] = model.losses
+        result["bf16_dtype"] = str(next(iter(model.parameters())).dtype)
     if args.validate:
         metrics = trainer(args, args.steps).validate(Net(args.hidden, lazy=args.lazy), loader(), ckpt_path=args.ckpt, verbose=False)
         result["val_loss"] = float(metrics[0]["val_loss"])
@@ -188,6 +202,7 @@ def main() -> None:
     parser.add_argument("--ref-port", type=int, default=0)
     parser.add_argument("--ckpt")
     parser.add_argument("--validate", action="store_true")
+    parser.add_argument("--bf16-steps", type=int, default=0, help="reload: also fit this many steps in bf16-mixed")
     args = parser.parse_args()
     {"parity": parity, "resume": resume, "reload": reload}[args.mode](args)
     sys.stdout.flush()

@@ -199,7 +199,9 @@ def save_full(
         full_to_plain(get_optimizer_state_dict(model, optimizer, options=_FULL)) for optimizer in optimizers
     ]
     if is_global_zero:
-        positional = [to_index_keys(state, optimizer_fqns(model, opt)) for state, opt in zip(optimizer_states, optimizers)]
+        positional = [
+            to_index_keys(state, optimizer_fqns(model, opt)) for state, opt in zip(optimizer_states, optimizers)
+        ]
         full = {key: value for key, value in checkpoint.items() if key not in _DROPPED}
         full[MODEL_KEY] = state_dict
         if optimizers:
@@ -221,7 +223,9 @@ def load_full_model(model: nn.Module, state_dict: dict[str, Any], *, source: str
     set_model_state_dict(model, state_dict, options=StateDictOptions(full_state_dict=True, strict=strict))
 
 
-def load_full_optimizers(model: nn.Module, optimizers: list[Optimizer], states: list[dict[str, Any]], *, source: str) -> None:
+def load_full_optimizers(
+    model: nn.Module, optimizers: list[Optimizer], states: list[dict[str, Any]], *, source: str
+) -> None:
     """Load position- or name-keyed full optimizer states (from fsdp "full", ddp or single_device files).
 
     Raises:

@@ -9,6 +9,7 @@ format carries weights for single_device, ddp or inference.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 __all__ = ["convert_sharded_checkpoint", "load_full_model_state"]
@@ -36,7 +37,9 @@ def load_full_model_state(source: str) -> tuple[dict[str, Any], dict[str, Any]]:
         if key.startswith(prefix) and isinstance(item, TensorStorageMetadata):
             tensors[key[len(prefix) :]] = torch.empty(tuple(item.size), dtype=item.properties.dtype)
     state = {MODEL_KEY: tensors}
-    dcp.load(state, storage_reader=reader, no_dist=True)
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(state, storage_reader=reader, no_dist=True)
     return state[MODEL_KEY], meta
 
 

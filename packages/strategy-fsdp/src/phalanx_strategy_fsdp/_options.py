@@ -21,7 +21,7 @@ _MESH_ACCEPTED = (
 )
 
 
-def validate_device_mesh(device_mesh: Any) -> None | str | tuple[int, int]:
+def validate_device_mesh(device_mesh: Any) -> str | tuple[int, int] | None:
     """Normalise ``device_mesh`` (the size check needs the world size and happens at setup).
 
     Raises:
@@ -39,7 +39,7 @@ def validate_device_mesh(device_mesh: Any) -> None | str | tuple[int, int]:
     raise MisconfigurationError(msg)
 
 
-def mesh_shape(device_mesh: None | str | tuple[int, int], *, world_size: int, num_nodes: int) -> tuple[int, ...]:
+def mesh_shape(device_mesh: str | tuple[int, int] | None, *, world_size: int, num_nodes: int) -> tuple[int, ...]:
     """The device-mesh shape for this job: 1-D ``(world,)`` or 2-D ``(replicate, shard)``.
 
     Raises:

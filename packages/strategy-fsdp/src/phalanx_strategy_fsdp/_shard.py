@@ -64,7 +64,10 @@ def shard_module(
         MisconfigurationError: A policy's class does not occur in the model, or a meta module cannot
             be initialised.
     """
-    for option, policy in (("auto_wrap_policy", wrap_policy), ("activation_checkpointing_policy", activation_checkpointing)):
+    for option, policy in (
+        ("auto_wrap_policy", wrap_policy),
+        ("activation_checkpointing_policy", activation_checkpointing),
+    ):
         if isinstance(policy, ModuleClassPolicy):
             policy.check_occurs_in(model, option=option)
     to_init = modules_needing_init(model) if has_meta_tensors(model) else []

@@ -19,7 +19,7 @@ from torch.optim import Optimizer
 
 from phalanx.errors import CheckpointError
 
-__all__ = ["check_model_matches", "full_to_plain", "optimizer_fqns", "to_fqn_keys", "to_index_keys"]
+__all__ = ["check_model_matches", "full_to_plain", "model_class_name", "optimizer_fqns", "to_fqn_keys", "to_index_keys"]
 
 _SHOWN = 5
 
@@ -88,11 +88,23 @@ def to_fqn_keys(state: Mapping[str, Any], fqns: list[str]) -> dict[str, Any]:
     }
 
 
+def model_class_name(model: nn.Module) -> str:
+    """The user's class name: FSDP2 swaps the class of a sharded module for ``FSDP<Name>``."""
+    from phalanx_strategy_fsdp._fsdp2 import FSDPModule
+
+    for cls in type(model).__mro__:
+        if not issubclass(cls, FSDPModule):
+            return cls.__name__
+    return type(model).__name__
+
+
 def _shape_of(value: Any) -> tuple[int, ...] | None:
     return tuple(value.shape) if isinstance(value, torch.Tensor) else None
 
 
-def check_model_matches(model: nn.Module, saved: Mapping[str, tuple[int, ...] | None], *, source: str, strict: bool) -> None:
+def check_model_matches(
+    model: nn.Module, saved: Mapping[str, tuple[int, ...] | None], *, source: str, strict: bool
+) -> None:
     """Compare a checkpoint's tensor names and global shapes with the model's, before loading.
 
     Args:
@@ -120,7 +132,7 @@ def check_model_matches(model: nn.Module, saved: Mapping[str, tuple[int, ...] | 
             more = f" (+{len(items) - _SHOWN} more)" if len(items) > _SHOWN else ""
             parts.append(f"{label}: {items[:_SHOWN]}{more}")
     msg = (
-        f"The checkpoint {source!r} does not fit the model {type(model).__name__}: {'; '.join(parts)}. It was "
+        f"The checkpoint {source!r} does not fit the model {model_class_name(model)}: {'; '.join(parts)}. It was "
         "written for another model. Fix: pass the checkpoint of this model, or build the model the checkpoint "
         "was trained with."
     )

@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
@@ -34,12 +35,13 @@ from phalanx_strategy_fsdp._fsdp2 import CPUOffloadPolicy, FSDPModule, MixedPrec
 from phalanx_strategy_fsdp._options import mesh_shape, validate_device_mesh, validate_options
 from phalanx_strategy_fsdp._policy import class_names, resolve_policy
 from phalanx_strategy_fsdp._precision import check_offload_precision, mixed_precision_policy
+from phalanx_strategy_fsdp._process_group import destroy_process_group_at_exit
+from phalanx_strategy_fsdp._redirect import call_through_hooks
 from phalanx_strategy_fsdp._shard import shard_module
 from phalanx_strategy_fsdp._state import full_to_plain, optimizer_fqns, to_index_keys
 
 __all__ = ["FSDPStrategy"]
 
-_MISSING = object()
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
@@ -215,14 +217,18 @@ class FSDPStrategy(ParallelStrategy):
         self._apply_pending_restore()
 
     def _shard(self, module: nn.Module) -> None:
-        if isinstance(module, FSDPModule):
-            msg = (
-                f"{type(module).__name__} is already sharded by FSDP, from an earlier run whose process group is gone. "
-                "Fix: build a new model instance for each Trainer run (reload its weights from a checkpoint)."
-            )
-            raise MisconfigurationError(msg)
+        if isinstance(module, FSDPModule):  # sharded by an earlier run in this process
+            if not dist.is_initialized():
+                msg = (
+                    f"{type(module).__name__} is already sharded by FSDP, but the process group of the run that "
+                    "sharded it is gone. Fix: build a new model instance for this run (load its weights from a checkpoint)."
+                )
+                raise MisconfigurationError(msg)
+            return
         assert self._device_mesh is not None, "setup_environment() must run before setup()"
-        offload: OffloadPolicy = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if self.cpu_offload else OffloadPolicy()
+        offload: OffloadPolicy = (
+            CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if self.cpu_offload else OffloadPolicy()
+        )
         kwargs = {
             "reshard_after_forward": self.reshard_after_forward,
             "mp_policy": mixed_precision_policy(self.precision_plugin, self._mixed_precision),
@@ -246,25 +252,11 @@ class FSDPStrategy(ParallelStrategy):
 
     # ------------------------------------------------------------------ steps
     def _call_step(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """Run a step method through ``module.__call__`` so FSDP's root hooks (unshard, casts) run.
-
-        FSDP2 wraps nothing: it registers forward hooks on the module itself, so calling
-        ``module.training_step`` directly would skip them. The step is installed as ``forward`` for
-        the duration of one call.
-        """
+        """Run a step method through ``module.__call__`` so FSDP's root hooks (unshard, casts) run."""
         module = self._require_module()
-        step = getattr(module, name)
         if not isinstance(module, FSDPModule):
-            return step(*args, **kwargs)
-        previous = module.__dict__.get("forward", _MISSING)
-        module.forward = step  # type: ignore[method-assign]
-        try:
-            return module(*args, **kwargs)
-        finally:
-            if previous is _MISSING:
-                del module.forward
-            else:
-                module.forward = previous  # type: ignore[method-assign]
+            return getattr(module, name)(*args, **kwargs)
+        return call_through_hooks(module, name, *args, **kwargs)
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         with self.precision_plugin.train_step_context():
@@ -313,7 +305,9 @@ class FSDPStrategy(ParallelStrategy):
         state = full_to_plain(get_optimizer_state_dict(module, optimizer, options=_FULL))
         return to_index_keys(state, optimizer_fqns(module, optimizer)) if state else {}
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: PathLike, storage_options: Any | None = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], filepath: PathLike, storage_options: Any | None = None
+    ) -> None:
         """Write a sharded directory (every rank) or a full file (rank 0). Must run on every rank.
 
         Raises:
@@ -326,7 +320,12 @@ class FSDPStrategy(ParallelStrategy):
         common = {"model": module, "optimizers": self.optimizers, "checkpoint_io": self.checkpoint_io}
         if self.state_dict_type == "sharded":
             ckpt.save_sharded(
-                checkpoint, filepath, **common, is_global_zero=self.is_global_zero, barrier=self.barrier, world_size=self.world_size
+                checkpoint,
+                filepath,
+                **common,
+                is_global_zero=self.is_global_zero,
+                barrier=self.barrier,
+                world_size=self.world_size,
             )
         else:
             ckpt.save_full(checkpoint, filepath, **common, is_global_zero=self.is_global_zero, barrier=self.barrier)
@@ -373,7 +372,9 @@ class FSDPStrategy(ParallelStrategy):
             return
         if ckpt.OPTIMIZER_KEY not in checkpoint:
             super().load_optimizer_state_dict(checkpoint)  # raises the core's message
-        ckpt.load_full_optimizers(self._require_module(), self.optimizers, checkpoint[ckpt.OPTIMIZER_KEY], source="checkpoint")
+        ckpt.load_full_optimizers(
+            self._require_module(), self.optimizers, checkpoint[ckpt.OPTIMIZER_KEY], source="checkpoint"
+        )
 
     def _apply_pending_restore(self) -> None:
         pending, self._pending_restore = self._pending_restore, None
@@ -392,11 +393,19 @@ class FSDPStrategy(ParallelStrategy):
 
     # ------------------------------------------------------------------ teardown
     def teardown(self) -> None:
-        """Release the process group and the parts; the module stays sharded (its DTensors remain)."""
-        self._device_mesh = None
+        """Release the parts but keep the process group while the module is sharded.
+
+        The module stays sharded after a run (gathering it onto every rank could exceed memory),
+        and its DTensors need the process group: ``trainer.save_checkpoint`` after ``fit``, a
+        following ``trainer.test(model)`` or a forward pass all communicate. The group is destroyed
+        at interpreter exit instead, or reused by the next run in this process.
+        """
         self._restored_sharded = False
         self._pending_restore = None
         self._restored_meta = None
+        if self._created_process_group and isinstance(self._module, FSDPModule):
+            self._created_process_group = False
+            destroy_process_group_at_exit()
         super().teardown()
 
     def __repr__(self) -> str:

@@ -14,10 +14,9 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from common import ACCUMULATE, BATCH_SIZE, CLIP, EPOCHS, dataset, make_net, make_optimizer, write_json
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
-
-from common import ACCUMULATE, BATCH_SIZE, CLIP, EPOCHS, dataset, make_net, make_optimizer, write_json
 
 
 def main(out: str) -> None:

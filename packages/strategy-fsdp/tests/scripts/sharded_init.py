@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from common import write_json
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
@@ -22,8 +23,6 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import phalanx
 from phalanx_strategy_fsdp import FSDPStrategy
-
-from common import write_json
 
 WIDTH, DEPTH = 1024, 16
 
@@ -55,7 +54,9 @@ class Big(phalanx.Module):
         self.record["peak_after_setup"] = _peak_rss_bytes()
         params = list(self.parameters())
         self.record["full_bytes"] = sum(p.numel() * p.element_size() for p in params)
-        self.record["local_bytes"] = sum(p.to_local().numel() * p.element_size() for p in params if isinstance(p, DTensor))
+        self.record["local_bytes"] = sum(
+            p.to_local().numel() * p.element_size() for p in params if isinstance(p, DTensor)
+        )
         self.record["all_dtensor"] = all(isinstance(p, DTensor) for p in params)
         self.record["weight_std"] = float(params[0].detach().to_local().float().std())
         self.record["param_dtype"] = str(params[0].dtype)
@@ -72,7 +73,9 @@ class Big(phalanx.Module):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(TensorDataset(torch.randn(8, WIDTH, generator=torch.Generator().manual_seed(0))), batch_size=4)
+        return DataLoader(
+            TensorDataset(torch.randn(8, WIDTH, generator=torch.Generator().manual_seed(0))), batch_size=4
+        )
 
 
 def main(out: str) -> None:

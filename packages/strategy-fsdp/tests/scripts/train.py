@@ -17,14 +17,13 @@ import sys
 from typing import Any
 
 import torch
+from common import FORWARD_CALLS, Block, Net, write_json
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 import phalanx
 from phalanx.callbacks import Callback
 from phalanx.errors import CheckpointError
 from phalanx_strategy_fsdp import FSDPStrategy
-
-from common import FORWARD_CALLS, Block, Net, write_json
 
 _CLASSES = {"Block": Block}
 

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from phalanx.registry import Registry
 
 __all__ = [
+    "SHARDED_MARKER",
+    "phalanx_convert_checkpoint",
     "phalanx_register_accelerators",
     "phalanx_register_checkpoint_io",
     "phalanx_register_precisions",
@@ -25,6 +27,8 @@ __all__ = [
 ]
 
 _PKG = "phalanx_strategy_xla"
+#: File inside every sharded checkpoint folder this plugin writes (how convert recognises them).
+SHARDED_MARKER = "phalanx_xla_sharded"
 _REQUIRES = ("torch-xla>=2.1",)
 #: Accelerator names this plugin answers the "auto" strategy question for.
 _XLA_ACCELERATORS = ("xla", "tpu")
@@ -114,7 +118,7 @@ def phalanx_select_accelerator() -> str | None:
 
     try:
         return "xla" if visible_device_count() > 0 else None
-    except Exception:  # noqa: BLE001 - a misconfigured runtime must not break "auto"; cpu/cuda still answer
+    except Exception:
         return None
 
 
@@ -125,6 +129,25 @@ def phalanx_select_strategy(accelerator: str, num_devices: int, num_nodes: int, 
     if accelerator not in _XLA_ACCELERATORS:
         return None
     return "single_xla" if num_devices * num_nodes <= 1 else "xla"
+
+
+@hookimpl
+def phalanx_convert_checkpoint(source: str, destination: str) -> bool | None:
+    """A sharded ``xla_fsdp`` folder becomes one portable torch file; anything else is passed on.
+
+    Reading the folder needs torch (``torch.distributed.checkpoint``) but not torch-xla, so a
+    checkpoint trained on a TPU converts on any machine with this plugin installed.
+    """
+    if not os.path.isfile(os.path.join(source, SHARDED_MARKER)):
+        return None
+    from pathlib import Path
+
+    from phalanx._builtin._convert import write_portable
+    from phalanx_strategy_xla.checkpoint_io import load_sharded_to_cpu
+
+    checkpoint = load_sharded_to_cpu(Path(source))
+    write_portable(checkpoint["state_dict"], destination, source=source, extra=checkpoint)
+    return True
 
 
 def _tpu_attached() -> bool:

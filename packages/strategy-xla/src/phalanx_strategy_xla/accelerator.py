@@ -27,7 +27,7 @@ class XLAAccelerator(Accelerator):
         """Whether torch-xla imports and its runtime would expose at least one device."""
         try:
             return _runtime.visible_device_count() > 0
-        except Exception:  # noqa: BLE001 - a broken or absent runtime simply means "not available"
+        except Exception:
             return False
 
     @staticmethod
@@ -66,7 +66,7 @@ class XLAAccelerator(Accelerator):
         target = device if isinstance(device, torch.device) else torch.device("xla", int(str(device).split(":")[-1]))
         try:
             info = xm.get_memory_info(target)
-        except Exception:  # noqa: BLE001 - not every PJRT backend reports memory (XLA:CPU does not)
+        except Exception:
             return {}
         return {f"xla_{key}": value for key, value in dict(info).items()}
 
@@ -77,5 +77,5 @@ class XLAAccelerator(Accelerator):
 def _safe_device_type() -> str:
     try:
         return _runtime.device_type()
-    except Exception:  # noqa: BLE001 - only used to decorate a message
+    except Exception:
         return "unknown"

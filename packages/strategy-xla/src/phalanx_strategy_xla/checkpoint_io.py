@@ -19,11 +19,9 @@ from phalanx._collections import apply_to_collection
 from phalanx.checkpoint_io.checkpoint_io import PathLike
 from phalanx.checkpoint_io.torch_io import TorchCheckpointIO
 from phalanx.errors import CheckpointError, MisconfigurationError
+from phalanx_strategy_xla._plugin import SHARDED_MARKER
 
 __all__ = ["SHARDED_MARKER", "XLACheckpointIO", "load_sharded_to_cpu"]
-
-#: File written into every sharded checkpoint folder; ``phalanx checkpoint convert`` looks for it.
-SHARDED_MARKER = "phalanx_xla_sharded"
 
 
 def _to_cpu(data: Any) -> Any:
@@ -117,7 +115,15 @@ def load_sharded_to_cpu(folder: Path) -> dict[str, Any]:
     except Exception as err:
         msg = f"Cannot read sharded checkpoint {str(folder)!r} ({type(err).__name__}: {err}); it may be incomplete."
         raise CheckpointError(msg) from err
+    for optimizer_state in state.get("optimizer_states") or []:
+        # DCP flattens keys to strings; torch optimizers index their state by int parameter ids.
+        if isinstance(optimizer_state, dict) and isinstance(optimizer_state.get("state"), dict):
+            optimizer_state["state"] = {_int_key(k): v for k, v in optimizer_state["state"].items()}
     return state
+
+
+def _int_key(key: Any) -> Any:
+    return int(key) if isinstance(key, str) and key.isdigit() else key
 
 
 def _rendezvous(tag: str) -> None:

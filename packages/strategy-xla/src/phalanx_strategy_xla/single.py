@@ -94,7 +94,8 @@ def _xla_device(device: str | int | torch.device) -> torch.device:
     if resolved.type != "xla":
         msg = (
             f"single_xla got device={str(resolved)!r}, which is not an XLA device; valid: 'xla', 'xla:<index>' or "
-            "an index. For CPU or GPU training use strategy='single_device'."
+            "an index (with the Trainer: accelerator='xla' or 'tpu'). For CPU or GPU training use "
+            "strategy='single_device'."
         )
         raise MisconfigurationError(msg)
     return torch.device("xla", resolved.index or 0)

@@ -1,0 +1,130 @@
+"""Run multi-process jobs in tests and prove they leave nothing behind.
+
+Every job gets a marker environment variable that all its descendants inherit (re-run scripts,
+spawned and forked workers, torchrun's agents and workers). After the job, any live process that
+still carries the marker is a leak, even if it was re-parented away from the test process; the
+scan reads ``/proc`` (Linux), so no third-party process library is needed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["MARKER_VAR", "Job", "kill_marked", "marked_processes", "new_marker"]
+
+#: Environment variable carrying a job's marker; its value starts with the test session's prefix.
+MARKER_VAR = "PHALANX_TEST_JOB"
+_SESSION = uuid.uuid4().hex[:12]
+
+
+def new_marker() -> str:
+    """A marker unique to one job, starting with this test session's prefix."""
+    return f"{_SESSION}-{uuid.uuid4().hex[:8]}"
+
+
+def marked_processes(prefix: str = _SESSION) -> list[int]:
+    """Pids of live (non-zombie) processes whose environment holds a marker starting with ``prefix``."""
+    needle = f"{MARKER_VAR}={prefix}".encode()
+    found = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                environ = fh.read()
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                state = fh.read().rsplit(b")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if state != b"Z" and any(item.startswith(needle) for item in environ.split(b"\0")):
+            found.append(int(entry))
+    return found
+
+
+def kill_marked(prefix: str = _SESSION) -> list[int]:
+    """SIGKILL every process carrying a marker with ``prefix``; return their pids."""
+    pids = marked_processes(prefix)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return pids
+
+
+class Job:
+    """A command started in its own session with a marker; output goes to files (no pipe stalls).
+
+    Args:
+        command: The command line (``sys.executable`` is prepended when it starts with a ``.py``).
+        workdir: Directory for the output files; also the default working directory.
+        env: Extra environment variables.
+        cwd: Working directory of the command.
+    """
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        workdir: Path,
+        *,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        name: str = "job",
+    ) -> None:
+        command = list(command)
+        if command[0].endswith(".py"):
+            command.insert(0, sys.executable)
+        self.marker = new_marker()
+        self.stdout_path = workdir / f"{name}.stdout"
+        self.stderr_path = workdir / f"{name}.stderr"
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {}), MARKER_VAR: self.marker}
+        self.started = time.time()
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.process = subprocess.Popen(
+                command, stdout=out, stderr=err, env=full_env, cwd=str(cwd or workdir), start_new_session=True
+            )
+        self.ended: float | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def wait(self, timeout: float) -> int:
+        """Wait for the job; on timeout kill everything it started and raise ``TimeoutError``."""
+        deadline = time.monotonic() + timeout
+        while self.process.poll() is None:
+            if time.monotonic() > deadline:
+                kill_marked(self.marker)
+                self.process.kill()
+                self.process.wait()
+                msg = f"job did not finish within {timeout:g}s; killed it\n{self.output()}"
+                raise TimeoutError(msg)
+            time.sleep(0.02)
+        self.ended = time.time()
+        return int(self.process.returncode)
+
+    def signal_group(self, signum: int) -> None:
+        """Send ``signum`` to the job's whole process group, like Ctrl-C in a terminal."""
+        os.killpg(self.process.pid, signum)
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def output(self) -> str:
+        return f"--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
+
+    def leftovers(self) -> list[int]:
+        """Processes of this job still alive."""
+        return marked_processes(self.marker)

@@ -1,0 +1,94 @@
+"""Checkpoints: exact resume, another model, another world size, evaluation of a sharded checkpoint.
+
+One 2-rank run (ZeRO-3 with CPU offload of parameters and optimizer, layers built in
+configure_model) trains 6 steps straight, then 3 steps + save + resume to 6 in a new Trainer: the
+resumed losses must equal the straight run's bit for bit. A 1-process run then tries that
+checkpoint with another model and with another world size (both refused, with a message naming
+the fix), validates from it (consolidated on the fly) and trains a few steps in bf16 on CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ds_helpers import run_script
+
+pytestmark = pytest.mark.timeout(420)
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[int, dict[str, Any]]]]:
+    out = tmp_path_factory.mktemp("resume")
+    ranks = run_script(out, "resume", "--strategy", "deepspeed_stage_3_offload", "--lazy", "--steps", "6")
+    yield out, ranks
+
+
+def test_resume_is_exact(resumed: tuple[Path, dict[int, dict[str, Any]]]) -> None:
+    out, ranks = resumed
+    assert sorted(ranks) == [0, 1]
+    for result in ranks.values():
+        assert result["first"] == result["straight"][:3]
+        assert result["resumed"] == result["straight"][3:], "resumed losses differ from the uninterrupted run"
+    layout = sorted(p.name for p in (out / "half.ckpt").iterdir())
+    assert {"latest", "phalanx_deepspeed.json", "trainer_state.pt", "checkpoint"} <= set(layout)
+    shards = sorted(p.name for p in (out / "half.ckpt" / "checkpoint").glob("*optim_states.pt"))
+    assert len(shards) == 2, shards
+    state = torch.load(out / "half.ckpt" / "trainer_state.pt", weights_only=True)
+    assert state["global_step"] == 3 and "state_dict" not in state and "optimizer_states" not in state
+
+
+def _reference_losses(steps: int) -> list[float]:
+    """Plain torch on one process: the first ``steps`` batches, Adam, fp32."""
+    from ds_run import BATCH, LR, build_layers, dataset
+
+    model = build_layers(32)
+    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
+    data = dataset()
+    losses = []
+    for step in range(steps):
+        x, y = data[step * BATCH : (step + 1) * BATCH]
+        loss = F.mse_loss(model(x), y)
+        losses.append(float(loss))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return losses
+
+
+def test_wrong_model_wrong_world_evaluation_and_bf16(resumed: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path) -> None:
+    out, _ = resumed
+    ckpt = str(out / "half.ckpt")
+    common = ["--strategy", "deepspeed_stage_3", "--lazy", "--devices", "1", "--ckpt", ckpt]
+
+    other = run_script(tmp_path / "other", "reload", *common, "--hidden", "16")[0]
+    assert other["fit"].startswith("CheckpointError: DeepSpeed checkpoint")
+    assert "belongs to another model" in other["fit"] and "checkpoint [32, 8] vs model [16, 8]" in other["fit"]
+
+    same = run_script(tmp_path / "same", "reload", *common, "--validate", "--bf16-steps", "4")[0]
+    assert same["fit"].startswith("CheckpointError:")
+    assert "saved by 2 rank(s)" in same["fit"] and "phalanx checkpoint convert" in same["fit"]
+
+    # Evaluation at another world size works: the shards are consolidated into full weights.
+    from ds_run import BATCH, build_layers, dataset
+
+    model = build_layers(32)
+    from phalanx_strategy_deepspeed._convert import consolidate
+
+    model.load_state_dict({k.removeprefix("layers."): v for k, v in consolidate(ckpt).items()})
+    x, y = dataset().tensors
+    with torch.no_grad():
+        expected = torch.stack([F.mse_loss(model(x[i : i + BATCH]), y[i : i + BATCH]) for i in range(0, len(x), BATCH)]).mean()
+    assert abs(same["val_loss"] - float(expected)) < 1e-5
+
+    # bf16-mixed on CPU trains: close to fp32, but visibly not fp32.
+    reference = _reference_losses(4)
+    bf16 = same["bf16_losses"]
+    assert len(bf16) == 4
+    assert max(abs(a - b) / max(abs(b), 1e-3) for a, b in zip(bf16, reference)) < 0.05, (bf16, reference)
+    assert bf16 != reference

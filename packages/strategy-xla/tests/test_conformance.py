@@ -1,0 +1,21 @@
+"""The core's conformance kit, run against single_xla on XLA:CPU (one device).
+
+The kit runs its scripts in fresh processes; ``PJRT_DEVICE=CPU`` reaches them through the
+environment (conftest sets it). xla_fsdp is covered by test_spmd.py instead: the kit expects one
+process per device, while SPMD drives every device from one process.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch_xla")
+
+from phalanx.testing import StrategyConformance  # noqa: E402
+
+
+class TestSingleXLAConformance(StrategyConformance):
+    strategy = "single_xla"
+    accelerator = "xla"
+    devices = 1
+    timeout = 300.0
