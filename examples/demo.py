@@ -28,8 +28,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--accelerator", default="cpu", help='"cpu", "cuda", "mps" or "auto"')
     parser.add_argument("--precision", default="32-true", help="32-true, 64-true, 16-mixed, bf16-mixed, 16-true, bf16-true")
     parser.add_argument("--max-steps", type=int, default=300, help="optimizer steps to train")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--block-size", type=int, default=64, help="characters of context")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--block-size", type=int, default=32, help="characters of context")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data", type=Path, default=DATA, help="a UTF-8 text file")
     parser.add_argument("--root-dir", default=".", help="where phalanx_logs/ is written")
@@ -113,13 +113,14 @@ if __name__ == "__main__":
             return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
         @torch.no_grad()
-        def sample(self, prompt: torch.Tensor, length: int) -> torch.Tensor:
-            """Greedy continuation of ``prompt`` (ids), ``length`` characters long."""
+        def sample(self, prompt: torch.Tensor, length: int, temperature: float = 0.7) -> torch.Tensor:
+            """Continue ``prompt`` (ids) by ``length`` characters, sampling with a fixed seed."""
             self.eval()
+            generator = torch.Generator().manual_seed(0)
             ids = prompt.clone()
             for _ in range(length):
-                logits = self(ids[-self.position.num_embeddings :].unsqueeze(0))
-                ids = torch.cat([ids, logits[0, -1].argmax().view(1)])
+                logits = self(ids[-self.position.num_embeddings :].unsqueeze(0))[0, -1] / temperature
+                ids = torch.cat([ids, torch.multinomial(logits.softmax(-1), 1, generator=generator)])
             return ids[len(prompt) :]
 
     torch.manual_seed(args.seed)

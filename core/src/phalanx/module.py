@@ -38,7 +38,6 @@ class Module(ModuleHooks, nn.Module):
         super().__init__(*args, **kwargs)
         self._trainer: Trainer | None = None
         self._automatic_optimization = True
-        self._current_fx_name: str | None = None
         self._warned_detached_log = False
         #: Whether checkpoints must match the model's keys exactly when loaded by the Trainer.
         self.strict_loading = True
@@ -69,6 +68,11 @@ class Module(ModuleHooks, nn.Module):
     @trainer.setter
     def trainer(self, trainer: Trainer | None) -> None:
         self._trainer = trainer
+
+    @property
+    def _current_fx_name(self) -> str | None:
+        """The hook or step running now (kept on the Trainer: setting Module attributes is slow)."""
+        return self._trainer._current_fx if self._trainer is not None else None
 
     @property
     def automatic_optimization(self) -> bool:
@@ -204,7 +208,7 @@ class Module(ModuleHooks, nn.Module):
                 )
             return
         trainer._logger_connector.log(
-            self._current_fx_name,
+            trainer._current_fx,
             name,
             value,
             prog_bar=prog_bar,

@@ -9,6 +9,7 @@ the fix), validates from it (consolidated on the fly) and trains a few steps in 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ds_helpers import run_script
+from ds_helpers import run_command, run_script
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -54,7 +55,7 @@ def _reference_losses(steps: int) -> list[float]:
     for step in range(steps):
         x, y = data[step * BATCH : (step + 1) * BATCH]
         loss = F.mse_loss(model(x), y)
-        losses.append(float(loss))
+        losses.append(loss.item())
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
@@ -77,10 +78,12 @@ def test_wrong_model_wrong_world_evaluation_and_bf16(resumed: tuple[Path, dict[i
     # Evaluation at another world size works: the shards are consolidated into full weights.
     from ds_run import BATCH, build_layers, dataset
 
+    converted = tmp_path / "converted.ckpt"
+    result = run_command([sys.executable, "-m", "phalanx.cli", "checkpoint", "convert", ckpt, str(converted)], timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:]
+    weights = torch.load(converted, weights_only=True)["state_dict"]
     model = build_layers(32)
-    from phalanx_strategy_deepspeed._convert import consolidate
-
-    model.load_state_dict({k.removeprefix("layers."): v for k, v in consolidate(ckpt).items()})
+    model.load_state_dict({k.removeprefix("layers."): v for k, v in weights.items()})
     x, y = dataset().tensors
     with torch.no_grad():
         expected = torch.stack([F.mse_loss(model(x[i : i + BATCH]), y[i : i + BATCH]) for i in range(0, len(x), BATCH)]).mean()

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch_xla")
 
-from phalanx.testing import StrategyConformance  # noqa: E402
+from phalanx.testing import StrategyConformance
 
 
 class TestSingleXLAConformance(StrategyConformance):

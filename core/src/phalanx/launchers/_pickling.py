@@ -7,6 +7,7 @@ user needs the attribute path (``trainer.callbacks[2].lock``) to fix it.
 
 from __future__ import annotations
 
+import io
 import pickle
 from collections.abc import Iterator
 from typing import Any
@@ -16,9 +17,27 @@ __all__ = ["find_unpicklable"]
 _MAX_DEPTH = 12
 
 
-def _picklable(obj: Any) -> bool:
+class _StubbingPickler(pickle.Pickler):
+    """Pickles ``obj`` but replaces the objects in ``stubbed`` by tokens.
+
+    An attribute that refers back to an ancestor (``trainer.fit_loop.trainer``) would otherwise
+    fail only because the ancestor does; stubbing ancestors isolates what fails on its own.
+    """
+
+    def __init__(self, file: io.BytesIO, root: Any, stubbed: set[int]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._root = root
+        self._stubbed = stubbed
+
+    def persistent_id(self, obj: Any) -> Any:
+        if obj is not self._root and id(obj) in self._stubbed:
+            return id(obj)
+        return None
+
+
+def _picklable(obj: Any, stubbed: set[int] | None = None) -> bool:
     try:
-        pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        _StubbingPickler(io.BytesIO(), obj, stubbed or set()).dump(obj)
     except Exception:  # noqa: BLE001 - any failure means "not picklable"; the caller reports it
         return False
     return True
@@ -48,20 +67,23 @@ def _children(obj: Any, path: str) -> Iterator[tuple[Any, str]]:
 def find_unpicklable(obj: Any, path: str = "obj") -> tuple[str, Any] | None:
     """Return ``(attribute path, object)`` of the innermost unpicklable part of ``obj``, or None.
 
-    Descends into the first unpicklable attribute / item at each level until none of the children
-    fails on its own: that object is the culprit (a lambda, a lock, an open file ...).
+    Descends into the first attribute / item that fails to pickle on its own (references back to
+    its ancestors stubbed out) until none of its children does: that object is the culprit (a
+    lambda, a lock, an open file ...).
     """
     if _picklable(obj):
         return None
+    ancestors: set[int] = {id(obj)}
+    visited: set[int] = {id(obj)}
     current, current_path = obj, path
-    seen: set[int] = {id(obj)}
     for _ in range(_MAX_DEPTH):
         for child, child_path in _children(current, current_path):
-            if id(child) in seen:
+            if id(child) in visited:
                 continue
-            seen.add(id(child))
-            if not _picklable(child):
+            visited.add(id(child))
+            if not _picklable(child, ancestors):
                 current, current_path = child, child_path
+                ancestors.add(id(child))
                 break
         else:
             break

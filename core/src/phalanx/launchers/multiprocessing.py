@@ -8,6 +8,7 @@ results come back here: the trained weights, and beyond Lightning the Trainer's
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing as std_mp
 import os
 import pickle
@@ -115,12 +116,16 @@ class MultiProcessingLauncher(Launcher):
             module receives local rank 0's weights afterwards.
         start_method: "spawn" (fresh interpreters; everything is pickled), "fork" (copies of this
             process; works in notebooks) or "forkserver".
+        preload: Modules every worker will import anyway (e.g. what DistributedDataParallel
+            imports lazily); with fork they are imported once here and shared by all workers
+            instead of being imported again in each.
     """
 
-    def __init__(self, strategy: Any, start_method: str = "spawn") -> None:
+    def __init__(self, strategy: Any, start_method: str = "spawn", *, preload: tuple[str, ...] = ()) -> None:
         check_start_method(start_method, cuda_initialized=False)
         self._strategy = strategy
         self._start_method = start_method
+        self._preload = tuple(preload)
         self.procs: list[Any] = []
 
     @property
@@ -135,6 +140,9 @@ class MultiProcessingLauncher(Launcher):
         check_start_method(self._start_method)
         if self._start_method == "spawn":
             _check_missing_main_guard()
+        if self._start_method == "fork":
+            for module in self._preload:
+                importlib.import_module(module)
         env = self._strategy.cluster_environment
         results_dir = tempfile.mkdtemp(prefix="phalanx-workers-")
         results_path = os.path.join(results_dir, "rank0.pt")

@@ -9,12 +9,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import torch
 import torch.distributed as dist
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset, RandomSampler
 
 from phalanx.errors import MisconfigurationError
 
-__all__ = ["inject_distributed_sampler", "resolve_reduce_op"]
+__all__ = ["all_gather", "inject_distributed_sampler", "resolve_reduce_op"]
 
 _OPS = ("mean", "avg", "sum", "max", "min", "product")
 #: DataLoader arguments copied verbatim when the loader is rebuilt around a new sampler.
@@ -30,6 +31,38 @@ _LOADER_ARGS = (
     "pin_memory_device",
     "in_order",
 )
+
+
+class _AllGather(torch.autograd.Function):
+    """all_gather whose backward sends each rank the gradient of its own slice, summed over ranks."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, group: Any) -> torch.Tensor:
+        ctx.group = group
+        gathered = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(gathered, tensor, group=group)
+        return torch.stack(gathered)
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor, None]:
+        grad = grad_output.contiguous().clone()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=ctx.group)
+        return grad[dist.get_rank(ctx.group)], None
+
+
+def all_gather(tensor: torch.Tensor, group: Any, *, sync_grads: bool) -> torch.Tensor:
+    """Gather ``tensor`` from every rank into shape ``(world_size, *tensor.shape)``.
+
+    With ``sync_grads`` the result is differentiable: contrastive losses computed on the gathered
+    tensor send gradients back to every rank's own input.
+    """
+    tensor = tensor.contiguous()
+    if sync_grads:
+        return _AllGather.apply(tensor, group)  # type: ignore[no-any-return]
+    with torch.no_grad():
+        gathered = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(gathered, tensor, group=group)
+    return torch.stack(gathered)
 
 
 def resolve_reduce_op(reduce_op: Any) -> tuple[Any, bool]:

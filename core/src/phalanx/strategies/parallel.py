@@ -21,6 +21,7 @@ from phalanx.accelerators.accelerator import Accelerator
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO
 from phalanx.environments.cluster_environment import ClusterEnvironment
 from phalanx.precision.precision import Precision
+from phalanx.strategies._distributed import all_gather as _all_gather
 from phalanx.strategies._distributed import inject_distributed_sampler, resolve_reduce_op
 from phalanx.strategies._rendezvous import next_group_store
 from phalanx.strategies._collectives import TBroadcast
@@ -177,16 +178,7 @@ class ParallelStrategy(Strategy):
         """
         if not (dist.is_available() and dist.is_initialized()):
             return tensor
-        group = dist.group.WORLD if group is None else group
-        tensor = tensor.contiguous()
-        if sync_grads:
-            from torch.distributed.nn.functional import all_gather as differentiable_all_gather
-
-            return torch.stack(differentiable_all_gather(tensor, group=group))
-        with torch.no_grad():
-            gathered = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
-            dist.all_gather(gathered, tensor, group=group)
-        return torch.stack(gathered)
+        return _all_gather(tensor, dist.group.WORLD if group is None else group, sync_grads=sync_grads)
 
     def reduce(self, tensor: torch.Tensor | Any, group: Any | None = None, reduce_op: Any | None = "mean") -> torch.Tensor | Any:
         """Reduce a tensor over ranks: "mean" (default), "sum", "max", "min" or a ``ReduceOp``.

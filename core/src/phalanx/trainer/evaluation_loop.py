@@ -84,7 +84,7 @@ class EvaluationLoop:
                         batch = strategy.batch_to_device(batch, dataloader_idx=dataloader_idx)
                         connector.begin_batch(batch, dataloader_idx if multiple else None)
                         trainer._call_hooks(f"{prefix}_batch_start", batch, batch_idx, *extra)
-                        module._current_fx_name = step_name
+                        trainer._current_fx = step_name
                         output = step(batch, batch_idx, *extra)
                         connector.flush_step()
                         trainer._call_hooks(f"{prefix}_batch_end", output, batch, batch_idx, *extra)

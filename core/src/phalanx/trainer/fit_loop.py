@@ -206,16 +206,18 @@ class FitLoop:
             if resume["phase"] == "train" and start > 0:
                 self._check_validation(start - 1, is_last=start == self.num_batches)
         sized = not math.isinf(self.num_batches)
-        batches = ((b, False) for b in iterator) if sized else _with_last(iterator)
+        lookahead = None if sized else _with_last(iterator)
         batch_idx = start
         while batch_idx < self.num_batches:
             if trainer.max_steps != -1 and self.global_step >= trainer.max_steps:
                 return  # stopped mid-epoch: the epoch stays open so a resume continues it
             try:
-                batch, is_last = next(batches)
+                if lookahead is None:
+                    batch, is_last = next(iterator), batch_idx + 1 == self.num_batches
+                else:
+                    batch, is_last = next(lookahead)
             except StopIteration:
                 break
-            is_last = is_last or batch_idx + 1 == self.num_batches
             if self._run_batch(batch, batch_idx, is_last):
                 break
             self._check_validation(batch_idx, is_last)
@@ -243,7 +245,7 @@ class FitLoop:
                 self.global_step += 1
                 self._step_schedulers("step")
         else:
-            module._current_fx_name = "training_step"
+            trainer._current_fx = "training_step"
             outputs = strategy.training_step(batch, batch_idx)
         self.batches_done = batch_idx + 1
         self.total_batches_done += 1
@@ -287,16 +289,16 @@ class FitLoop:
             self.phase = "epoch_end"
             module = trainer._module
             connector = trainer._logger_connector
-            module._current_fx_name = "on_train_epoch_end"
+            trainer._current_fx = "on_train_epoch_end"
             for hook in trainer._epoch_end_hooks[False]:
                 hook(trainer, module)
             module.on_train_epoch_end()
-            module._current_fx_name = "on_train_epoch_end"
+            trainer._current_fx = "on_train_epoch_end"
             connector.epoch_end("train", write=False)
             for hook in trainer._epoch_end_hooks[True]:
                 hook(trainer, module)
             connector.write_epoch()
-            module._current_fx_name = None
+            trainer._current_fx = None
         self._step_schedulers("epoch")
         self.epoch += 1
         self.batches_done = 0
@@ -304,9 +306,10 @@ class FitLoop:
 
     def _step_schedulers(self, interval: str) -> None:
         trainer = self.trainer
-        if not trainer._module.automatic_optimization:
+        configs = trainer.strategy.lr_scheduler_configs
+        if not configs or not trainer._module.automatic_optimization:
             return
-        for config in trainer.strategy.lr_scheduler_configs:
+        for config in configs:
             if config.interval != interval:
                 continue
             index = self.global_step if interval == "step" else self.epoch + 1

@@ -101,7 +101,7 @@ class TrainingStep:
         trainer = self._trainer
         module = trainer._module
         strategy = trainer.strategy
-        module._current_fx_name = "training_step"
+        trainer._current_fx = "training_step"
         output = strategy.training_step(self.batch, self.batch_idx)
         loss = _loss_of(output)
         self.outputs = _detached_outputs(output, loss)
@@ -140,7 +140,7 @@ def run_automatic(trainer: Trainer, batch: Any, batch_idx: int, *, step_now: boo
         divisor=1 if handles else accumulate,
     )
     if step_now or handles:
-        trainer._module._current_fx_name = "optimizer_step"
+        trainer._current_fx = "optimizer_step"
         trainer._module.optimizer_step(trainer.current_epoch, batch_idx, trainer._wrapped_optimizers[0], closure)
         if not closure.ran:
             msg = (

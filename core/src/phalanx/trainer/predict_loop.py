@@ -62,7 +62,7 @@ class PredictLoop:
                         break
                     batch = strategy.batch_to_device(batch, dataloader_idx=dataloader_idx)
                     trainer._call_hooks("on_predict_batch_start", batch, batch_idx, *extra)
-                    module._current_fx_name = "predict_step"
+                    trainer._current_fx = "predict_step"
                     output = strategy.predict_step(batch, batch_idx, *extra)
                     trainer._call_hooks("on_predict_batch_end", output, batch, batch_idx, *extra)
                     if return_predictions:

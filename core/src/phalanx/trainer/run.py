@@ -72,9 +72,9 @@ def _resolve_loaders(trainer: Trainer, module: Any, given: Any, hook: str, argum
     if given is None:
         if not is_overridden(module, hook):
             return []
-        module._current_fx_name = hook
+        trainer._current_fx = hook
         given = getattr(module, hook)()
-        module._current_fx_name = None
+        trainer._current_fx = None
         if given is None:
             return []
     return as_loader_list(given, argument=argument, multiple=multiple)
@@ -132,9 +132,9 @@ def _check_optimizers(trainer: Trainer, module: Any) -> None:
 def _teardown(trainer: Trainer, module: Any, stage: str, status: str) -> None:
     for callback in trainer.callbacks:
         callback.teardown(trainer, module, stage)
-    module._current_fx_name = "teardown"
+    trainer._current_fx = "teardown"
     module.teardown(stage)
-    module._current_fx_name = None
+    trainer._current_fx = None
     for logger in trainer.loggers if trainer.is_global_zero else []:
         logger.finalize(status)
     trainer.strategy.teardown()
@@ -157,18 +157,18 @@ def run_stage(trainer: Trainer, fn: TrainerFn, module: Any, loaders: dict[str, A
             for logger in trainer.loggers if trainer.is_global_zero else []:
                 logger.save()  # creates the run directory so the next run picks the next version
             if trainer.local_rank == 0:
-                module._current_fx_name = "prepare_data"
+                trainer._current_fx = "prepare_data"
                 module.prepare_data()
             strategy.barrier("prepare_data")
             for callback in trainer.callbacks:
                 callback.setup(trainer, module, stage)
-            module._current_fx_name = "setup"
+            trainer._current_fx = "setup"
             module.setup(stage)
             if is_overridden(module, "configure_model"):
-                module._current_fx_name = "configure_model"
+                trainer._current_fx = "configure_model"
                 with strategy.tensor_init_context(), strategy.model_sharded_context():
                     module.configure_model()
-            module._current_fx_name = None
+            trainer._current_fx = None
             checkpoint = None
             if ckpt_path is not None:
                 checkpoint = checkpointing.load_checkpoint(trainer, ckpt_path, fn=stage)

@@ -110,6 +110,8 @@ class Trainer:
         self.predict_loop = PredictLoop(self)
         self._logger_connector = LoggerConnector(self)
         self._module: Any = None
+        self._current_fx: str | None = None
+        self._custom_clipping = False
         self._optimizers: list[torch.optim.Optimizer] = []
         self._wrapped_optimizers: list[Any] = []
         self._has_validation = False
@@ -362,6 +364,7 @@ class Trainer:
             base = getattr(Callback, name)
             hooks[name] = [getattr(cb, name) for cb in self.callbacks if getattr(type(cb), name, base) is not base]
         self._hooks = hooks
+        self._custom_clipping = self._module is not None and is_overridden(self._module, "configure_gradient_clipping")
         self._epoch_end_hooks = {
             monitoring: [
                 cb.on_train_epoch_end
@@ -375,28 +378,28 @@ class Trainer:
     def _call_hooks(self, name: str, *args: Any) -> Any:
         """Call ``name`` on the callbacks (those overriding it), then on the Module; returns the Module's result."""
         module = self._module
-        previous = module._current_fx_name
-        module._current_fx_name = name
+        previous = self._current_fx
+        self._current_fx = name
         for hook in self._hooks.get(name, ()):
             hook(self, module, *args)
         result = getattr(module, name)(*args)
-        module._current_fx_name = previous
+        self._current_fx = previous
         return result
 
     def _call_module_hook(self, name: str, *args: Any) -> Any:
         module = self._module
-        module._current_fx_name = name
+        self._current_fx = name
         result = getattr(module, name)(*args)
-        module._current_fx_name = None
+        self._current_fx = None
         return result
 
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Called by the precision between backward and the update: hooks, then gradient clipping."""
         self._call_hooks("on_before_optimizer_step", optimizer)
         module = self._module
-        module._current_fx_name = "configure_gradient_clipping"
-        if self.gradient_clip_val or is_overridden(module, "configure_gradient_clipping"):
+        self._current_fx = "configure_gradient_clipping"
+        if self.gradient_clip_val or self._custom_clipping:
             module.configure_gradient_clipping(
                 optimizer, gradient_clip_val=self.gradient_clip_val, gradient_clip_algorithm=self.gradient_clip_algorithm
             )
-        module._current_fx_name = "training_step"
+        self._current_fx = "training_step"

@@ -31,6 +31,9 @@ from phalanx_strategy_ddp._backend import default_backend, validate_backend, val
 __all__ = ["DDPStrategy"]
 
 START_METHODS = ("popen", "spawn", "fork", "forkserver")
+#: Imported by DistributedDataParallel's constructor on first use (pulls in torch._dynamo, seconds
+#: of work); imported once before forking, every forked worker starts with it.
+_DDP_LAZY_IMPORTS = ("torch.distributed._functional_collectives",)
 
 
 class DDPStrategy(ParallelStrategy):
@@ -154,7 +157,7 @@ class DDPStrategy(ParallelStrategy):
         if self._start_method == "popen" or env.creates_processes_externally:
             self._launcher = SubprocessScriptLauncher(env, self.num_processes, self.num_nodes)
         else:
-            self._launcher = MultiProcessingLauncher(self, start_method=self._start_method)
+            self._launcher = MultiProcessingLauncher(self, start_method=self._start_method, preload=_DDP_LAZY_IMPORTS)
 
     def _on_configuration_change(self) -> None:
         self._launcher = None

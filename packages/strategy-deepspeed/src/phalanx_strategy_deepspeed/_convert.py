@@ -44,8 +44,6 @@ def consolidate(path: str) -> dict[str, Any]:
     """
     import torch
 
-    if not torch.cuda.is_available():
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
     tag_dir = _tag_dir(path)
     try:
         if _has_zero_shards(tag_dir):

@@ -177,8 +177,8 @@ def reload(args: argparse.Namespace) -> None:
         result["fit"] = f"{type(error).__name__}: {error}"
     if args.bf16_steps:
         model = Net(args.hidden, lazy=args.lazy)
-        args.precision = "bf16-mixed"
-        trainer(args, args.bf16_steps).fit(model, loader())
+        bf16 = argparse.Namespace(**{**vars(args), "precision": "bf16-mixed"})
+        trainer(bf16, args.bf16_steps).fit(model, loader())
         result["bf16_losses"] = model.losses
         result["bf16_dtype"] = str(next(iter(model.parameters())).dtype)
     if args.validate:

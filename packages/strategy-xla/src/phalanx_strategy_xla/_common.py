@@ -9,7 +9,7 @@ compiled graph per training step, reused every step, which is how torch-xla is m
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -65,7 +65,7 @@ def wrap_dataloader(dataloader: Any, device: torch.device, **loader_kwargs: Any)
 class XLAStrategyMixin:
     """Overrides shared by single_xla, xla and xla_fsdp; listed first among the bases."""
 
-    strategy_name: str
+    strategy_name: ClassVar[str]
     _accelerator: Accelerator | None
     _precision_plugin: Precision | None
     _checkpoint_io: CheckpointIO | None
