@@ -13,8 +13,8 @@ import nox
 
 ROOT = Path(__file__).parent
 TORCH = os.environ.get("PHALANX_TORCH", "torch==2.13.0")
-#: Packages whose dependencies need their own interpreter environment (torch-xla pins torch).
-OWN_ENV = {"strategy-xla"}
+#: torch-xla pins torch exactly, so the real XLA runs get their own session and venv (`xla`).
+XLA_TORCH = ["torch==2.9.0", "torch-xla==2.9.0"]
 #: Packages with heavy optional dependencies that must be installed after torch without isolation.
 NO_BUILD_ISOLATION = {"strategy-deepspeed": ["deepspeed>=0.14", "ninja"]}
 
@@ -23,7 +23,7 @@ TEST_DEPS = ["pytest>=7", "pytest-timeout>=2"]
 
 nox.options.default_venv_backend = "virtualenv"
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["tests-core", *[f"tests-{p}" for p in PACKAGES], "integration", "lint"]
+nox.options.sessions = ["tests-core", *[f"tests-{p}" for p in PACKAGES], "integration", "xla", "lint"]
 
 
 def _install_torch(session: nox.Session, torch: str = TORCH) -> None:
@@ -39,8 +39,8 @@ def _install_package(session: nox.Session, name: str) -> None:
     session.install(f"./packages/{name}")
 
 
-def _pytest(session: nox.Session, *paths: str) -> None:
-    session.run("python", "-m", "pytest", *paths, "-ra", *session.posargs)
+def _pytest(session: nox.Session, *paths: str, env: dict[str, str] | None = None) -> None:
+    session.run("python", "-m", "pytest", *paths, "-ra", *session.posargs, env=env)
 
 
 @nox.session(name="tests-core")
@@ -63,8 +63,7 @@ def _package_session(name: str) -> None:
 
 
 for _name in PACKAGES:
-    if _name not in OWN_ENV:
-        _package_session(_name)
+    _package_session(_name)
 
 
 @nox.session
@@ -73,10 +72,17 @@ def integration(session: nox.Session) -> None:
     _install_torch(session)
     session.install("./core", *TEST_DEPS)
     for name in PACKAGES:
-        if name not in OWN_ENV:
-            _install_package(session, name)
+        _install_package(session, name)
     session.install("./tests/plugins/phalanx-testplugin")
     _pytest(session, "tests")
+
+
+@nox.session
+def xla(session: nox.Session) -> None:
+    """packages/strategy-xla on real torch-xla (XLA:CPU) in its own venv: torch-xla pins its torch."""
+    session.install(*XLA_TORCH)
+    session.install("./core", "./packages/strategy-xla[xla]", *TEST_DEPS)
+    _pytest(session, "packages/strategy-xla/tests", env={"PJRT_DEVICE": "CPU"})
 
 
 @nox.session

@@ -11,14 +11,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from phalanx.testing.processes import kill_marked, marked_processes
+from phalanx.testing.processes import kill_marked, wait_for_exit
 
 
 @pytest.fixture(autouse=True)
 def _leaves_nothing_behind() -> Iterator[None]:
     before = dict(os.environ)
     yield
-    leftovers = marked_processes()
+    leftovers = wait_for_exit()
     if leftovers:
         kill_marked()
     changed = {k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["MARKER_VAR", "Job", "kill_marked", "marked_processes", "new_marker"]
+__all__ = ["MARKER_VAR", "Job", "kill_marked", "marked_processes", "new_marker", "wait_for_exit"]
 
 #: Environment variable carrying a job's marker; its value starts with the test session's prefix.
 MARKER_VAR = "PHALANX_TEST_JOB"
@@ -46,6 +46,16 @@ def marked_processes(prefix: str = _SESSION) -> list[int]:
         if state != b"Z" and any(item.startswith(needle) for item in environ.split(b"\0")):
             found.append(int(entry))
     return found
+
+
+def wait_for_exit(prefix: str = _SESSION, grace: float = 2.0) -> list[int]:
+    """Wait up to ``grace`` seconds for marked processes to end; return those still alive."""
+    deadline = time.monotonic() + grace
+    pids = marked_processes(prefix)
+    while pids and time.monotonic() < deadline:
+        time.sleep(0.05)
+        pids = marked_processes(prefix)
+    return pids
 
 
 def kill_marked(prefix: str = _SESSION) -> list[int]:
@@ -125,6 +135,10 @@ class Job:
     def output(self) -> str:
         return f"--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
 
-    def leftovers(self) -> list[int]:
-        """Processes of this job still alive."""
-        return marked_processes(self.marker)
+    def leftovers(self, grace: float = 2.0) -> list[int]:
+        """Processes of this job still alive after ``grace`` seconds.
+
+        The grace covers helpers that exit on their own right after the job (multiprocessing's
+        resource tracker notices its parent's exit only when its pipe closes).
+        """
+        return wait_for_exit(self.marker, grace)
