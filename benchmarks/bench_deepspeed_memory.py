@@ -23,6 +23,7 @@ import gc
 import json
 import os
 import sys
+import warnings
 from typing import Any
 
 import torch
@@ -34,28 +35,43 @@ from phalanx import Module, Trainer
 MB = 2**20
 
 
-def live_tensor_bytes() -> int:
-    """Bytes of all tensor storages reachable from Python, each storage counted once."""
-    seen: dict[int, int] = {}
-    for obj in gc.get_objects():
-        try:
-            if isinstance(obj, torch.Tensor) and not obj.is_meta:
+def live_storages() -> dict[int, tuple[int, str]]:
+    """Every tensor storage reachable from Python: data pointer -> (bytes, "dtype shape" of a user)."""
+    seen: dict[int, tuple[int, str]] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for obj in gc.get_objects():
+            try:
+                if not isinstance(obj, torch.Tensor) or obj.is_meta:
+                    continue
                 storage = obj.untyped_storage()
-                seen[storage.data_ptr()] = max(seen.get(storage.data_ptr(), 0), storage.nbytes())
-        except (RuntimeError, ReferenceError):
-            continue
-    return sum(seen.values())
+            except (RuntimeError, ReferenceError, TypeError):
+                continue
+            size = storage.nbytes()
+            if size > seen.get(storage.data_ptr(), (-1, ""))[0]:
+                seen[storage.data_ptr()] = (size, f"{str(obj.dtype).removeprefix('torch.')} {tuple(obj.shape)}")
+    return seen
 
 
 class Probe:
-    """Tracks the peak of :func:`live_tensor_bytes` above a baseline."""
+    """Tracks the peak of live tensor bytes above a baseline (storages present at the start)."""
 
     def __init__(self) -> None:
-        self.baseline = live_tensor_bytes()
+        self.baseline = set(live_storages())
         self.peak = 0
+        self.at_peak: list[tuple[int, str]] = []
+        self.where = ""
 
-    def sample(self, *_: Any) -> None:
-        self.peak = max(self.peak, live_tensor_bytes() - self.baseline)
+    def sample(self, *hook_args: Any, where: str = "forward") -> None:
+        current = {ptr: item for ptr, item in live_storages().items() if ptr not in self.baseline}
+        total = sum(size for size, _ in current.values())
+        if total > self.peak:
+            self.peak = total
+            self.at_peak = sorted(current.values(), reverse=True)[:8]
+            self.where = where
+
+    def describe(self) -> str:
+        return f"(after {self.where}) " + ", ".join(f"{size / MB:.0f}MiB {what}" for size, what in self.at_peak)
 
 
 def build(layers: int, width: int) -> nn.Sequential:
@@ -85,15 +101,15 @@ class Bench(Module):
 
     def training_step(self, data: torch.Tensor, batch_idx: int) -> torch.Tensor:
         assert self.net is not None
-        return self.net(data).pow(2).mean()
+        return self.net(data).float().pow(2).mean()
 
     def on_after_backward(self) -> None:
         assert self.probe is not None
-        self.probe.sample()
+        self.probe.sample(where="backward")
 
     def on_train_batch_end(self, *args: Any) -> None:
         assert self.probe is not None
-        self.probe.sample()
+        self.probe.sample(where="step")
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.parameters(), lr=1e-4)
@@ -103,7 +119,7 @@ class Bench(Module):
         return [data] * self.args.steps
 
 
-def run_deepspeed(args: argparse.Namespace) -> tuple[float, int, int]:
+def run_deepspeed(args: argparse.Namespace) -> tuple[Probe, int, int]:
     from phalanx_strategy_deepspeed import DeepSpeedStrategy
 
     # Buckets sized for a 50M model (the defaults, 2e8 elements, suit billions of parameters).
@@ -113,19 +129,22 @@ def run_deepspeed(args: argparse.Namespace) -> tuple[float, int, int]:
         allgather_bucket_size=args.width * args.width,
         stage3_prefetch_bucket_size=args.width * args.width,
         stage3_max_live_parameters=2 * args.width * args.width,
+        # Release a gathered layer after its forward unless it is needed again within one layer
+        # (DeepSpeed's default, 1e9, keeps every layer of a 50M model gathered until backward).
+        stage3_max_reuse_distance=args.width * args.width,
     )
     model = Bench(args)
     trainer = Trainer(
-        accelerator="cpu", devices=2, strategy=strategy, max_steps=args.steps, logger=False,
+        accelerator="cpu", devices=2, strategy=strategy, precision=args.precision, max_steps=args.steps, logger=False,
         enable_checkpointing=False, enable_progress_bar=False, use_distributed_sampler=False,
     )
     trainer.fit(model)
     assert model.probe is not None and model.net is not None
     params = sum(int(getattr(p, "ds_numel", p.numel())) for p in model.net.parameters())
-    return model.probe.peak / MB, params, trainer.global_rank
+    return model.probe, params, trainer.global_rank
 
 
-def run_ddp(args: argparse.Namespace, rank: int) -> float:
+def run_ddp(args: argparse.Namespace, rank: int) -> Probe:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{os.environ['BENCH_REF_PORT']}", rank=rank, world_size=2)
     try:
         probe = Probe()
@@ -135,13 +154,16 @@ def run_ddp(args: argparse.Namespace, rank: int) -> float:
         ddp = nn.parallel.DistributedDataParallel(net, gradient_as_bucket_view=True)
         optimizer = torch.optim.Adam(ddp.parameters(), lr=1e-4)
         data = batch(args.width)
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16-mixed")
         for _ in range(args.steps):
-            ddp(data).pow(2).mean().backward()
-            probe.sample()
+            with autocast:
+                loss = ddp(data).float().pow(2).mean()
+            loss.backward()
+            probe.sample(where="backward")
             optimizer.step()
             optimizer.zero_grad(set_to_none=False)
-            probe.sample()
-        return probe.peak / MB
+            probe.sample(where="step")
+        return probe
     finally:
         dist.destroy_process_group()
 
@@ -151,21 +173,27 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--width", type=int, default=2048)
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--precision", default="bf16-mixed", choices=["bf16-mixed", "32-true"], help="for both runs")
     parser.add_argument("--json", help="also write the results of rank 0 to this file")
+    parser.add_argument("--breakdown", action="store_true", help="print the largest tensors at each peak")
     args = parser.parse_args()
     if "BENCH_REF_PORT" not in os.environ:  # the first process picks one port for every rank
         from phalanx.environments.local import find_free_port
 
         os.environ["BENCH_REF_PORT"] = str(find_free_port())
-    zero3, params, rank = run_deepspeed(args)
-    ddp = run_ddp(args, rank)
+    zero3_probe, params, rank = run_deepspeed(args)
+    ddp_probe = run_ddp(args, rank)
+    zero3, ddp = zero3_probe.peak / MB, ddp_probe.peak / MB
     ratio = zero3 / ddp
     if rank == 0:
-        print(f"model: {params / 1e6:.1f}M parameters, fp32, Adam, 2 CPU ranks (gloo)")
+        print(f"model: {params / 1e6:.1f}M parameters, precision {args.precision}, Adam, 2 CPU ranks (gloo)")
         print(f"{'':22}{'peak MiB/rank':>14}")
         print(f"{'torch DDP':22}{ddp:>14.1f}")
         print(f"{'phalanx ZeRO-3':22}{zero3:>14.1f}")
         print(f"ratio ZeRO-3 / DDP: {ratio:.3f} (target <= 0.55)")
+        if args.breakdown:
+            print(f"largest at DDP's peak:    {ddp_probe.describe()}")
+            print(f"largest at ZeRO-3's peak: {zero3_probe.describe()}")
         if args.json:
             with open(args.json, "w", encoding="utf-8") as handle:
                 json.dump({"params": params, "ddp_mib": ddp, "zero3_mib": zero3, "ratio": ratio}, handle)

@@ -26,7 +26,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--strategy", default="auto", help="a registered strategy name (see `phalanx strategies`)")
     parser.add_argument("--devices", default="1", help='process/device count, "auto" or indices like "0,1"')
     parser.add_argument("--accelerator", default="cpu", help='"cpu", "cuda", "mps" or "auto"')
-    parser.add_argument("--precision", default="32-true", help="32-true, 64-true, 16-mixed, bf16-mixed, 16-true, bf16-true")
+    parser.add_argument(
+        "--precision", default="32-true", help="32-true, 64-true, 16-mixed, bf16-mixed, 16-true, bf16-true"
+    )
     parser.add_argument("--max-steps", type=int, default=300, help="optimizer steps to train")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--block-size", type=int, default=32, help="characters of context")
@@ -129,7 +131,9 @@ if __name__ == "__main__":
     encode = {ch: i for i, ch in enumerate(vocab)}
     ids = torch.tensor([encode[ch] for ch in text], dtype=torch.long)
     split = int(len(ids) * 0.9)
-    train_data = DataLoader(CharWindows(ids[:split], args.block_size), batch_size=args.batch_size, shuffle=True, drop_last=True)
+    train_data = DataLoader(
+        CharWindows(ids[:split], args.block_size), batch_size=args.batch_size, shuffle=True, drop_last=True
+    )
     val_data = DataLoader(CharWindows(ids[split:], args.block_size), batch_size=args.batch_size)
 
     model = CharTransformer(len(vocab), args.block_size, args.max_steps)
@@ -160,8 +164,16 @@ if __name__ == "__main__":
         metrics = trainer.callback_metrics
         train_loss = metrics.get("train_loss_epoch", metrics.get("train_loss_step"))
         val_loss = metrics.get("val_loss")
-        shown = {name: f"{float(value):.3f}" for name, value in (("train_loss", train_loss), ("val_loss", val_loss)) if value is not None}
-        print(f"done in {elapsed:.1f}s: " + ", ".join(f"{k}={v}" for k, v in shown.items()) + f" (chance level {math.log(len(vocab)):.3f})")
+        shown = {
+            name: f"{float(value):.3f}"
+            for name, value in (("train_loss", train_loss), ("val_loss", val_loss))
+            if value is not None
+        }
+        print(
+            f"done in {elapsed:.1f}s: "
+            + ", ".join(f"{k}={v}" for k, v in shown.items())
+            + f" (chance level {math.log(len(vocab)):.3f})"
+        )
         model.float()
         prompt = ids[split : split + args.block_size].cpu()
         continuation = model.cpu().sample(prompt, 120)

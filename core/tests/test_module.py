@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 import torch
+from trainer_helpers import Net, loader, quiet
 
 from phalanx.errors import MisconfigurationError
 from phalanx.module import Module
 from phalanx.trainer.trainer import Trainer
-from trainer_helpers import Net, loader, quiet
 
 
 def test_properties_without_trainer() -> None:

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
+from trainer_helpers import LossRecorder, Net, loader, quiet
 
 from phalanx.trainer.trainer import Trainer
-from trainer_helpers import LossRecorder, Net, loader, quiet
 
 CASES = [
     ("32-true", "32-true", torch.float32),
@@ -42,7 +42,9 @@ def test_every_precision_fits_on_cpu(precision: Any, canonical: str, dtype: torc
     assert math.isfinite(result["val_loss"])
 
 
-def _plain_amp(model: Net, dtype: torch.dtype, *, scaler: torch.amp.GradScaler | None, clip: float) -> list[torch.Tensor]:
+def _plain_amp(
+    model: Net, dtype: torch.dtype, *, scaler: torch.amp.GradScaler | None, clip: float
+) -> list[torch.Tensor]:
     optimizer = model.make_optimizer(model.parameters())
     losses = []
     for x, y in loader():

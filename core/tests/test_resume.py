@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 import torch
+from trainer_helpers import LossRecorder, Net, loader, quiet
 
 import phalanx
 from phalanx.callbacks.callback import Callback
 from phalanx.callbacks.model_checkpoint import ModelCheckpoint
 from phalanx.errors import CheckpointError, MisconfigurationError
 from phalanx.trainer.trainer import Trainer
-from trainer_helpers import LossRecorder, Net, loader, quiet
 
 
 class _Crash(Exception):
@@ -237,11 +237,13 @@ def test_resume_restores_accumulated_gradients_and_scaler(tmp_path: Path) -> Non
     path = tmp_path / "mid_window.ckpt"
     torch.manual_seed(5)
     with pytest.raises(_Crash):
-        Trainer(max_steps=4, accumulate_grad_batches=3, precision="16-mixed", callbacks=[CrashAt(0, 4, path)], **quiet()).fit(
-            model, loader()
-        )
+        Trainer(
+            max_steps=4, accumulate_grad_batches=3, precision="16-mixed", callbacks=[CrashAt(0, 4, path)], **quiet()
+        ).fit(model, loader())
     checkpoint = torch.load(path, weights_only=True)
     assert checkpoint["accumulated_grads"] and checkpoint["precision_plugin"]["scale"] > 0
     resumed = Net()
-    Trainer(max_steps=4, accumulate_grad_batches=3, precision="16-mixed", **quiet()).fit(resumed, loader(), ckpt_path=path)
+    Trainer(max_steps=4, accumulate_grad_batches=3, precision="16-mixed", **quiet()).fit(
+        resumed, loader(), ckpt_path=path
+    )
     assert all(torch.equal(a, b) for a, b in zip(reference.parameters(), resumed.parameters()))

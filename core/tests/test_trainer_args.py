@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 import torch
+from trainer_helpers import Net, loader, quiet
 
 from phalanx.callbacks.progress import TQDMProgressBar
 from phalanx.errors import MisconfigurationError, UnknownNameError
 from phalanx.module import Module
 from phalanx.trainer.trainer import Trainer
-from trainer_helpers import Net, loader, quiet
 
 BAD_ARGUMENTS = [
     ("accelerator", 5),
@@ -113,7 +113,7 @@ class NoOptim(Module):
 
 def test_bad_models() -> None:
     trainer = Trainer(**quiet())
-    with pytest.raises(MisconfigurationError, match="expects a phalanx.Module"):
+    with pytest.raises(MisconfigurationError, match=r"expects a phalanx\.Module"):
         trainer.fit(torch.nn.Linear(2, 2), loader())
     with pytest.raises(MisconfigurationError, match="does not define training_step"):
         trainer.fit(NoStep(), loader())

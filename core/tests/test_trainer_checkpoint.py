@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 import torch
+from trainer_helpers import Net, loader
 
 from phalanx.callbacks.model_checkpoint import ModelCheckpoint
 from phalanx.errors import MisconfigurationError
 from phalanx.trainer.trainer import Trainer
-from trainer_helpers import Net, loader
 
 SCORES = [0.5, 0.2, 0.9, 0.1, 0.3]
 
@@ -24,7 +24,9 @@ class Scored(Net):
 
 
 def _fit(tmp_path: Path, callback: ModelCheckpoint, epochs: int = 5, ckpt_path: Any = None) -> Trainer:
-    trainer = Trainer(max_epochs=epochs, callbacks=[callback], default_root_dir=tmp_path, logger=False, enable_progress_bar=False)
+    trainer = Trainer(
+        max_epochs=epochs, callbacks=[callback], default_root_dir=tmp_path, logger=False, enable_progress_bar=False
+    )
     trainer.fit(Scored(), loader(n=8), loader(n=4), ckpt_path=ckpt_path)
     return trainer
 
@@ -35,7 +37,9 @@ def _names(directory: Path) -> list[str]:
 
 @pytest.mark.parametrize(("mode", "kept", "best"), [("min", [3, 1], 3), ("max", [2, 0], 2)])
 def test_top_k_by_metric(tmp_path: Path, mode: str, kept: list[int], best: int) -> None:
-    callback = ModelCheckpoint(tmp_path / "ck", filename="{epoch}-{score:.2f}", monitor="score", mode=mode, save_top_k=2)
+    callback = ModelCheckpoint(
+        tmp_path / "ck", filename="{epoch}-{score:.2f}", monitor="score", mode=mode, save_top_k=2
+    )
     _fit(tmp_path, callback)
     expected = sorted(f"epoch={e}-score={SCORES[e]:.2f}.ckpt" for e in kept)
     assert _names(tmp_path / "ck") == expected
@@ -91,7 +95,7 @@ def test_existing_files_are_not_clobbered(tmp_path: Path) -> None:
 
 
 def test_missing_monitor_and_bad_options(tmp_path: Path) -> None:
-    with pytest.raises(MisconfigurationError, match="found no metric 'nope'.*score"):
+    with pytest.raises(MisconfigurationError, match=r"found no metric 'nope'.*score"):
         _fit(tmp_path, ModelCheckpoint(tmp_path, monitor="nope"), epochs=1)
     for kwargs, match in [
         ({"mode": "lowest"}, "mode"),

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 import pytest
 import torch
+from trainer_helpers import quiet
 
 from phalanx.accelerators.accelerator import Accelerator
 from phalanx.checkpoint_io.torch_io import TorchCheckpointIO
@@ -20,7 +21,6 @@ from phalanx.registry import AcceleratorRegistry, StrategyRegistry
 from phalanx.strategies.single_device import SingleDeviceStrategy
 from phalanx.trainer.connector import is_interactive
 from phalanx.trainer.trainer import Trainer
-from trainer_helpers import quiet
 
 
 class FourDevices(Accelerator):
@@ -61,7 +61,9 @@ def test_auto_on_this_machine_is_single_device() -> None:
     assert (trainer.world_size, trainer.global_rank, trainer.is_global_zero) == (1, 0, True)
 
 
-@pytest.mark.parametrize(("devices", "count"), [("auto", 4), (-1, 4), (2, 2), ([1, 3], 2), ("0,1,2", 3), ("1,", 1), ("3", 3)])
+@pytest.mark.parametrize(
+    ("devices", "count"), [("auto", 4), (-1, 4), (2, 2), ([1, 3], 2), ("0,1,2", 3), ("1,", 1), ("3", 3)]
+)
 def test_devices_spellings_fake_hardware(fake4: str, devices: Any, count: int) -> None:
     if count > 1 and not _ddp_available():
         with pytest.raises((PluginUnavailableError, UnknownNameError), match="phalanx-strategy-ddp"):
@@ -141,6 +143,8 @@ def test_plugins_by_instance_and_name() -> None:
     assert isinstance(trainer.strategy.checkpoint_io, TorchCheckpointIO)
 
 
-@pytest.mark.parametrize(("alias", "canonical"), [(32, "32-true"), ("64", "64-true"), (16, "16-mixed"), ("bf16", "bf16-mixed")])
+@pytest.mark.parametrize(
+    ("alias", "canonical"), [(32, "32-true"), ("64", "64-true"), (16, "16-mixed"), ("bf16", "bf16-mixed")]
+)
 def test_precision_aliases(alias: Any, canonical: str) -> None:
     assert Trainer(precision=alias, **quiet()).precision == canonical

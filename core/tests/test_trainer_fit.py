@@ -7,9 +7,9 @@ import math
 
 import pytest
 import torch
+from trainer_helpers import LossRecorder, Net, loader, plain_fit, quiet
 
 from phalanx.trainer.trainer import Trainer
-from trainer_helpers import LossRecorder, Net, loader, plain_fit, quiet
 
 
 def _pair(**kwargs: object) -> tuple[Net, Net]:
@@ -55,7 +55,7 @@ def test_accumulation_and_clipping_match_plain_loop(accumulate: int, clip: tuple
     assert trainer.global_step == 2 * math.ceil(10 / accumulate)
 
 
-def _step_lr(interval: str, frequency: int):  # noqa: ANN202 - factory
+def _step_lr(interval: str, frequency: int):
     def make(optimizer: torch.optim.Optimizer) -> dict[str, object]:
         sched = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
         return {"scheduler": sched, "interval": interval, "frequency": frequency}
@@ -92,7 +92,9 @@ def test_reduce_on_plateau_uses_monitored_metric() -> None:
     trainer.fit(model, loader(), loader(n=8))
     assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.01 * 0.1 * 0.1)
 
-    broken = Net(scheduler=lambda opt: {"scheduler": torch.optim.lr_scheduler.ReduceLROnPlateau(opt), "monitor": "nope"})
+    broken = Net(
+        scheduler=lambda opt: {"scheduler": torch.optim.lr_scheduler.ReduceLROnPlateau(opt), "monitor": "nope"}
+    )
     with pytest.raises(ValueError, match="nope"):
         Trainer(max_epochs=1, **quiet()).fit(broken, loader())
 
@@ -141,7 +143,9 @@ def test_validation_schedule(kwargs: dict[str, object], expected: list[tuple[int
 def test_validation_does_not_change_training() -> None:
     with_val, without_val = _pair()
     torch.manual_seed(11)
-    Trainer(max_epochs=2, val_check_interval=0.3, **quiet()).fit(with_val, loader(shuffle=True), loader(n=8, shuffle=True))
+    Trainer(max_epochs=2, val_check_interval=0.3, **quiet()).fit(
+        with_val, loader(shuffle=True), loader(n=8, shuffle=True)
+    )
     torch.manual_seed(11)
     Trainer(max_epochs=2, **quiet()).fit(without_val, loader(shuffle=True))
     for a, b in zip(with_val.parameters(), without_val.parameters()):
@@ -200,7 +204,10 @@ def test_manual_optimization_with_two_optimizers() -> None:
             second.step()
 
         def configure_optimizers(self) -> list[torch.optim.Optimizer]:
-            return [torch.optim.SGD(self.net[0].parameters(), lr=0.1), torch.optim.SGD(self.net[3].parameters(), lr=0.1)]
+            return [
+                torch.optim.SGD(self.net[0].parameters(), lr=0.1),
+                torch.optim.SGD(self.net[3].parameters(), lr=0.1),
+            ]
 
     model = Manual()
     before = [p.clone() for p in model.parameters()]
@@ -222,7 +229,7 @@ def test_on_train_batch_start_minus_one_ends_epoch() -> None:
 
 def test_iterable_without_length_steps_last_partial_window() -> None:
     class Stream(torch.utils.data.IterableDataset):
-        def __iter__(self):  # noqa: ANN204
+        def __iter__(self):
             yield from loader().dataset
 
     data = torch.utils.data.DataLoader(Stream(), batch_size=4)

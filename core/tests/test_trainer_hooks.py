@@ -5,18 +5,29 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from trainer_helpers import Net, loader, quiet
 
 from phalanx._module_hooks import ModuleHooks
 from phalanx.callbacks.callback import Callback
 from phalanx.trainer.trainer import Trainer
-from trainer_helpers import Net, loader, quiet
 
 _MODULE_HOOKS = [
     name
     for name in vars(ModuleHooks)
     if (name.startswith("on_") or name in ("setup", "teardown", "configure_model", "prepare_data"))
 ]
-_EXTRA = ["on_before_batch_transfer", "on_after_batch_transfer", "configure_optimizers", "optimizer_step", "optimizer_zero_grad", "configure_gradient_clipping", "training_step", "validation_step", "test_step", "predict_step"]
+_EXTRA = [
+    "on_before_batch_transfer",
+    "on_after_batch_transfer",
+    "configure_optimizers",
+    "optimizer_step",
+    "optimizer_zero_grad",
+    "configure_gradient_clipping",
+    "training_step",
+    "validation_step",
+    "test_step",
+    "predict_step",
+]
 
 
 class HookModel(Net):
@@ -109,7 +120,14 @@ def _strip_transfer_hooks(calls: list[str]) -> list[str]:
 def test_fit_hook_order() -> None:
     calls: list[str] = []
     model = HookModel(calls)
-    trainer = Trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=1, gradient_clip_val=1.0, callbacks=[_Tracking(calls)], **quiet())
+    trainer = Trainer(
+        max_epochs=1,
+        limit_train_batches=2,
+        limit_val_batches=1,
+        gradient_clip_val=1.0,
+        callbacks=[_Tracking(calls)],
+        **quiet(),
+    )
     trainer.fit(model, loader(), loader(n=4))
     expected = [
         "prepare_data",
@@ -139,7 +157,9 @@ def test_fit_hook_order() -> None:
 
 def test_accumulation_skips_step_hooks() -> None:
     calls: list[str] = []
-    trainer = Trainer(max_epochs=1, limit_train_batches=2, accumulate_grad_batches=2, callbacks=[_Tracking(calls)], **quiet())
+    trainer = Trainer(
+        max_epochs=1, limit_train_batches=2, accumulate_grad_batches=2, callbacks=[_Tracking(calls)], **quiet()
+    )
     trainer.fit(HookModel(calls), loader())
     assert calls.count("optimizer_step") == 1
     assert calls.count("training_step") == 2
@@ -149,7 +169,9 @@ def test_accumulation_skips_step_hooks() -> None:
 
 def test_validate_test_predict_hook_order() -> None:
     calls: list[str] = []
-    trainer = Trainer(limit_val_batches=1, limit_test_batches=1, limit_predict_batches=1, callbacks=[_Tracking(calls)], **quiet())
+    trainer = Trainer(
+        limit_val_batches=1, limit_test_batches=1, limit_predict_batches=1, callbacks=[_Tracking(calls)], **quiet()
+    )
     model = HookModel(calls)
     trainer.validate(model, loader(n=4), verbose=False)
     assert _strip_transfer_hooks(calls) == [

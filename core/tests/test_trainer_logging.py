@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 import torch
+from trainer_helpers import Net, loader
 
 from phalanx.callbacks.progress import TQDMProgressBar
 from phalanx.loggers import CSVLogger
 from phalanx.trainer.trainer import Trainer
-from trainer_helpers import Net, loader
 
 
 class Logging(Net):
@@ -35,7 +35,11 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 def test_aggregation_and_callback_metrics(tmp_path: Path) -> None:
     trainer = Trainer(
-        max_epochs=2, log_every_n_steps=3, default_root_dir=tmp_path, enable_progress_bar=False, enable_checkpointing=False
+        max_epochs=2,
+        log_every_n_steps=3,
+        default_root_dir=tmp_path,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
     )
     trainer.fit(Logging(), loader(n=24, batch_size=4), loader(n=6, batch_size=4))
     metrics = trainer.callback_metrics
@@ -87,7 +91,11 @@ def test_progress_bar_draws_on_rank_zero_only(capsys: pytest.CaptureFixture[str]
         def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
             self.disable()  # what setup does when trainer.is_global_zero is False
 
-    Trainer(max_epochs=1, callbacks=[NotRankZero()], logger=False, enable_checkpointing=False).fit(Logging(), loader(n=8))
+    Trainer(max_epochs=1, callbacks=[NotRankZero()], logger=False, enable_checkpointing=False).fit(
+        Logging(), loader(n=8)
+    )
     assert "Epoch 0" not in capsys.readouterr().err
-    Trainer(max_epochs=1, enable_progress_bar=False, logger=False, enable_checkpointing=False).fit(Logging(), loader(n=8))
+    Trainer(max_epochs=1, enable_progress_bar=False, logger=False, enable_checkpointing=False).fit(
+        Logging(), loader(n=8)
+    )
     assert capsys.readouterr().err == ""

@@ -86,10 +86,10 @@ class Module(ModuleHooks, nn.Module):
     @property
     def device(self) -> torch.device:
         """The device of the first parameter (or buffer); CPU for a Module without tensors."""
-        for tensor in self.parameters():
-            return tensor.device
-        for tensor in self.buffers():
-            return tensor.device
+        for param in self.parameters():
+            return param.device
+        for buffer in self.buffers():
+            return buffer.device
         return torch.device("cpu")
 
     @property

@@ -218,7 +218,7 @@ class ModelCheckpoint(Callback):
         return trainer.val_check_interval == 1.0
 
     def _candidates(self, trainer: Trainer) -> dict[str, Any]:
-        metrics = dict(trainer.callback_metrics)
+        metrics: dict[str, Any] = dict(trainer.callback_metrics)
         metrics["epoch"] = trainer.current_epoch
         metrics["step"] = trainer.global_step
         return metrics
@@ -294,7 +294,9 @@ class ModelCheckpoint(Callback):
             print(f"Epoch {trainer.current_epoch}, global step {trainer.global_step}: saved {path}")
 
     # ------------------------------------------------------------------ names
-    def format_checkpoint_name(self, metrics: dict[str, Any], template: str | None = None, ver: int | None = None) -> str:
+    def format_checkpoint_name(
+        self, metrics: dict[str, Any], template: str | None = None, ver: int | None = None
+    ) -> str:
         """The file name (with directory) for ``metrics``; missing metrics format as 0."""
         name = template if template is not None else (self.filename or "{epoch}-{step}")
         for group in re.findall(r"\{([^{}:!]+)[^{}]*\}", name):

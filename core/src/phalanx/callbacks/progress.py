@@ -41,10 +41,7 @@ class TQDMProgressBar(Callback):
 
     def __init__(self, refresh_rate: int = 1, *, leave: bool = True) -> None:
         if isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int) or refresh_rate < 0:
-            msg = (
-                f"TQDMProgressBar(refresh_rate={refresh_rate!r}) is invalid; pass an int >= 1 "
-                "(0 disables the bar)."
-            )
+            msg = f"TQDMProgressBar(refresh_rate={refresh_rate!r}) is invalid; pass an int >= 1 (0 disables the bar)."
             raise MisconfigurationError(msg)
         self.refresh_rate = refresh_rate
         self.leave = leave

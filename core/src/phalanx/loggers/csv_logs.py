@@ -47,7 +47,11 @@ class CSVLogger(Logger):
         if not isinstance(save_dir, (str, os.PathLike)):
             msg = f"CSVLogger(save_dir={save_dir!r}) must be a path (str or os.PathLike)."
             raise MisconfigurationError(msg)
-        if isinstance(flush_logs_every_n_steps, bool) or not isinstance(flush_logs_every_n_steps, int) or flush_logs_every_n_steps < 1:
+        if (
+            isinstance(flush_logs_every_n_steps, bool)
+            or not isinstance(flush_logs_every_n_steps, int)
+            or flush_logs_every_n_steps < 1
+        ):
             msg = f"CSVLogger(flush_logs_every_n_steps={flush_logs_every_n_steps!r}) must be an int >= 1."
             raise MisconfigurationError(msg)
         self._save_dir = os.fspath(save_dir)
@@ -129,10 +133,10 @@ class CSVLogger(Logger):
         self._columns.sort(key=lambda k: (k != "epoch", k != "step", k))
         rows = self._written_rows + self._rows if rewrite else self._rows
         with open(self.metrics_file_path, "w" if rewrite else "a", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=self._columns, restval="")
+            dict_writer = csv.DictWriter(handle, fieldnames=self._columns, restval="")
             if rewrite:
-                writer.writeheader()
-            writer.writerows(rows)
+                dict_writer.writeheader()
+            dict_writer.writerows(rows)
         self._written_rows.extend(self._rows)
         self._rows = []
 

@@ -106,10 +106,17 @@ class Job:
     def pid(self) -> int:
         return self.process.pid
 
+    def poll(self) -> int | None:
+        """The exit code, or None while running; records :attr:`ended` when first seen exited."""
+        code = self.process.poll()
+        if code is not None and self.ended is None:
+            self.ended = time.time()
+        return code
+
     def wait(self, timeout: float) -> int:
         """Wait for the job; on timeout kill everything it started and raise ``TimeoutError``."""
         deadline = time.monotonic() + timeout
-        while self.process.poll() is None:
+        while self.poll() is None:
             if time.monotonic() > deadline:
                 kill_marked(self.marker)
                 self.process.kill()
@@ -117,7 +124,6 @@ class Job:
                 msg = f"job did not finish within {timeout:g}s; killed it\n{self.output()}"
                 raise TimeoutError(msg)
             time.sleep(0.02)
-        self.ended = time.time()
         return int(self.process.returncode)
 
     def signal_group(self, signum: int) -> None:

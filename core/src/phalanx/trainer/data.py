@@ -143,7 +143,7 @@ def prepare_loader(loader: Any, strategy: Any, *, use_distributed_sampler: bool,
 
 
 def _samplers(loader: Any) -> list[Any]:
-    found = []
+    found: list[Any] = []
     for obj in (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
         if obj is not None and all(obj is not seen for seen in found):
             found.append(obj)

@@ -56,7 +56,6 @@ class EvaluationLoop:
     def run(self) -> list[dict[str, float]]:
         """Evaluate once; returns one dict of epoch metrics per dataloader."""
         trainer = self.trainer
-        module = trainer._module
         strategy = trainer.strategy
         connector = trainer._logger_connector
         prefix = f"on_{self._prefix}"

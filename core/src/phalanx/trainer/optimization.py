@@ -87,7 +87,9 @@ class TrainingStep:
 
     __slots__ = ("_trainer", "batch", "batch_idx", "divisor", "optimizer", "outputs", "ran", "zero_grad")
 
-    def __init__(self, trainer: Trainer, batch: Any, batch_idx: int, optimizer: Optimizer, *, zero_grad: bool, divisor: int) -> None:
+    def __init__(
+        self, trainer: Trainer, batch: Any, batch_idx: int, optimizer: Optimizer, *, zero_grad: bool, divisor: int
+    ) -> None:
         self._trainer = trainer
         self.batch = batch
         self.batch_idx = batch_idx

@@ -44,7 +44,6 @@ class PredictLoop:
     def run(self, *, return_predictions: bool) -> list[Any] | None:
         """Predict; a flat list for one dataloader, a list of lists for several."""
         trainer = self.trainer
-        module = trainer._module
         strategy = trainer.strategy
         trainer.state.stage = RunningStage.PREDICTING
         was_training = trainer.model.training

@@ -68,7 +68,9 @@ def _deterministic(mode: bool | str) -> Iterator[None]:
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
 
 
-def _resolve_loaders(trainer: Trainer, module: Any, given: Any, hook: str, argument: str, *, multiple: bool) -> list[Any]:
+def _resolve_loaders(
+    trainer: Trainer, module: Any, given: Any, hook: str, argument: str, *, multiple: bool
+) -> list[Any]:
     if given is None:
         if not is_overridden(module, hook):
             return []
@@ -82,7 +84,9 @@ def _resolve_loaders(trainer: Trainer, module: Any, given: Any, hook: str, argum
 
 def _setup_data(trainer: Trainer, fn: TrainerFn, module: Any, loaders: dict[str, Any]) -> None:
     if fn is TrainerFn.FITTING:
-        train = _resolve_loaders(trainer, module, loaders.get("train"), "train_dataloader", "train_dataloaders", multiple=False)
+        train = _resolve_loaders(
+            trainer, module, loaders.get("train"), "train_dataloader", "train_dataloaders", multiple=False
+        )
         if not train:
             raise MisconfigurationError(
                 f"fit() got no training data: pass train_dataloaders=DataLoader(...) or define "
@@ -91,7 +95,9 @@ def _setup_data(trainer: Trainer, fn: TrainerFn, module: Any, loaders: dict[str,
         trainer.fit_loop.setup(train[0])
         val: list[Any] = []
         if trainer.limit_val_batches != 0:
-            val = _resolve_loaders(trainer, module, loaders.get("val"), "val_dataloader", "val_dataloaders", multiple=True)
+            val = _resolve_loaders(
+                trainer, module, loaders.get("val"), "val_dataloader", "val_dataloaders", multiple=True
+            )
         if val and not is_overridden(module, "validation_step"):
             warnings.warn(
                 f"Validation dataloaders were given but {type(module).__qualname__} has no validation_step; "
@@ -140,7 +146,14 @@ def _teardown(trainer: Trainer, module: Any, stage: str, status: str) -> None:
     trainer.strategy.teardown()
 
 
-def run_stage(trainer: Trainer, fn: TrainerFn, module: Any, loaders: dict[str, Any], ckpt_path: str | None, options: dict[str, Any]) -> Any:
+def run_stage(
+    trainer: Trainer,
+    fn: TrainerFn,
+    module: Any,
+    loaders: dict[str, Any],
+    ckpt_path: str | None,
+    options: dict[str, Any],
+) -> Any:
     """Run one entry point in this process (what the launcher calls on every rank)."""
     strategy = trainer.strategy
     trainer.state.fn, trainer.state.stage, trainer.state.status = fn, _FIRST_STAGE[fn], "running"
@@ -220,7 +233,11 @@ def _run_loop(trainer: Trainer, fn: TrainerFn, options: dict[str, Any]) -> Any:
 
 
 def _print_results(stage: str, results: list[dict[str, float]]) -> None:
-    rows = [(f"{key}" + (f" (dataloader {i})" if len(results) > 1 else ""), value) for i, r in enumerate(results) for key, value in sorted(r.items())]
+    rows = [
+        (f"{key}" + (f" (dataloader {i})" if len(results) > 1 else ""), value)
+        for i, r in enumerate(results)
+        for key, value in sorted(r.items())
+    ]
     if not rows:
         return
     width = max(len(name) for name, _ in rows)

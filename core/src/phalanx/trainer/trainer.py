@@ -22,17 +22,16 @@ from phalanx.trainer.connector import resolve_strategy
 from phalanx.trainer.entry import check_eval, check_fit
 from phalanx.trainer.evaluation_loop import EvaluationLoop
 from phalanx.trainer.fit_loop import FitLoop
+from phalanx.trainer.hooks import HookDispatch
 from phalanx.trainer.logging_connector import LoggerConnector
 from phalanx.trainer.predict_loop import PredictLoop
-from phalanx.trainer.run import is_overridden, run_stage
+from phalanx.trainer.run import run_stage
 from phalanx.trainer.state import RunningStage, TrainerFn, TrainerState
 
 __all__ = ["Trainer"]
 
-_CALLBACK_HOOKS = [name for name in vars(Callback) if name.startswith("on_") or name in ("setup", "teardown")]
 
-
-class Trainer:
+class Trainer(HookDispatch):
     """Train, evaluate and predict with a :class:`phalanx.Module` (arguments as in Lightning; see
     docs/trainer.md for each one)."""
 
@@ -67,7 +66,7 @@ class Trainer:
         sync_batchnorm: bool = False,
     ) -> None:
         self.num_nodes = _args.check_int("num_nodes", num_nodes, minimum=1)
-        self.max_steps = _args.check_int("max_steps", max_steps, minimum=-1, example=1000)
+        self.max_steps: int = _args.check_int("max_steps", max_steps, minimum=-1, example=1000)  # type: ignore[assignment]
         epochs = _args.check_max_epochs(max_epochs)
         self.max_epochs: int = (1000 if self.max_steps == -1 else -1) if epochs is None else epochs
         self.limit_train_batches = _args.check_limit("limit_train_batches", limit_train_batches)
@@ -78,8 +77,12 @@ class Trainer:
         self.check_val_every_n_epoch = _args.check_int(
             "check_val_every_n_epoch", check_val_every_n_epoch, minimum=1, allow_none=True
         )
-        self.accumulate_grad_batches: int = _args.check_int("accumulate_grad_batches", accumulate_grad_batches, minimum=1)  # type: ignore[assignment]
-        self.gradient_clip_val, self.gradient_clip_algorithm = _args.check_clip(gradient_clip_val, gradient_clip_algorithm)
+        self.accumulate_grad_batches: int = _args.check_int(
+            "accumulate_grad_batches", accumulate_grad_batches, minimum=1
+        )  # type: ignore[assignment]
+        self.gradient_clip_val, self.gradient_clip_algorithm = _args.check_clip(
+            gradient_clip_val, gradient_clip_algorithm
+        )
         self.log_every_n_steps: int = _args.check_int("log_every_n_steps", log_every_n_steps, minimum=1)  # type: ignore[assignment]
         enable_checkpointing = _args.check_bool("enable_checkpointing", enable_checkpointing)
         enable_progress_bar = _args.check_bool("enable_progress_bar", enable_progress_bar)
@@ -101,7 +104,9 @@ class Trainer:
         self._strategy = resolved.strategy
         self._strategy_name = resolved.strategy_name
         self.num_devices = resolved.num_devices
-        self.callbacks: list[Callback] = _args.add_default_callbacks(user_callbacks, enable_checkpointing, enable_progress_bar)
+        self.callbacks: list[Callback] = _args.add_default_callbacks(
+            user_callbacks, enable_checkpointing, enable_progress_bar
+        )
         self.state = TrainerState()
         self.should_stop = False
         self.fit_loop = FitLoop(self)
@@ -116,6 +121,7 @@ class Trainer:
         self._wrapped_optimizers: list[Any] = []
         self._has_validation = False
         self._hooks: dict[str, list[Any]] = {}
+        self._module_hooks: dict[str, Any] = {}
         self._epoch_end_hooks: dict[bool, list[Any]] = {False: [], True: []}
 
     # ------------------------------------------------------------------ topology
@@ -305,7 +311,9 @@ class Trainer:
         return self._module
 
     # ------------------------------------------------------------------ entry points
-    def fit(self, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None, *, ckpt_path: Any = None) -> None:
+    def fit(
+        self, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None, *, ckpt_path: Any = None
+    ) -> None:
         """Train ``model``; ``ckpt_path`` (a path or ``"last"``) resumes exactly where that checkpoint left off.
 
         Raises:
@@ -316,34 +324,46 @@ class Trainer:
         loaders = {"train": train_dataloaders, "val": val_dataloaders}
         self._launch(TrainerFn.FITTING, model, loaders, path, {})
 
-    def validate(self, model: Any = None, dataloaders: Any = None, *, ckpt_path: Any = None, verbose: bool = True) -> list[dict[str, float]]:
+    def validate(
+        self, model: Any = None, dataloaders: Any = None, *, ckpt_path: Any = None, verbose: bool = True
+    ) -> list[dict[str, float]]:
         """Run one validation epoch; returns the logged epoch metrics per dataloader."""
         model, path = check_eval(self, TrainerFn.VALIDATING, model, dataloaders, ckpt_path)
         return self._launch(TrainerFn.VALIDATING, model, {"eval": dataloaders}, path, {"verbose": verbose})  # type: ignore[no-any-return]
 
-    def test(self, model: Any = None, dataloaders: Any = None, *, ckpt_path: Any = None, verbose: bool = True) -> list[dict[str, float]]:
+    def test(
+        self, model: Any = None, dataloaders: Any = None, *, ckpt_path: Any = None, verbose: bool = True
+    ) -> list[dict[str, float]]:
         """Run one test epoch; returns the logged epoch metrics per dataloader."""
         model, path = check_eval(self, TrainerFn.TESTING, model, dataloaders, ckpt_path)
         return self._launch(TrainerFn.TESTING, model, {"eval": dataloaders}, path, {"verbose": verbose})  # type: ignore[no-any-return]
 
-    def predict(self, model: Any = None, dataloaders: Any = None, *, ckpt_path: Any = None, return_predictions: bool = True) -> Any:
+    def predict(
+        self, model: Any = None, dataloaders: Any = None, *, ckpt_path: Any = None, return_predictions: bool = True
+    ) -> Any:
         """Run ``predict_step`` over the data; returns the predictions (a list per dataloader)."""
         model, path = check_eval(self, TrainerFn.PREDICTING, model, dataloaders, ckpt_path)
         options = {"return_predictions": return_predictions}
         return self._launch(TrainerFn.PREDICTING, model, {"eval": dataloaders}, path, options)
 
-    def _launch(self, fn: TrainerFn, model: Any, loaders: dict[str, Any], ckpt_path: str | None, options: dict[str, Any]) -> Any:
+    def _launch(
+        self, fn: TrainerFn, model: Any, loaders: dict[str, Any], ckpt_path: str | None, options: dict[str, Any]
+    ) -> Any:
         self._module = model  # the launcher copies results back into this process's Module
         launcher = self._strategy.launcher
         if launcher is not None:
             return launcher.launch(self._run_stage, fn, model, loaders, ckpt_path, options, trainer=self)
         return self._run_stage(fn, model, loaders, ckpt_path, options)
 
-    def _run_stage(self, fn: TrainerFn, model: Any, loaders: dict[str, Any], ckpt_path: str | None, options: dict[str, Any]) -> Any:
+    def _run_stage(
+        self, fn: TrainerFn, model: Any, loaders: dict[str, Any], ckpt_path: str | None, options: dict[str, Any]
+    ) -> Any:
         """The per-rank body of an entry point; what ``strategy.launcher.launch`` runs on each rank."""
         return run_stage(self, fn, model, loaders, ckpt_path, options)
 
-    def save_checkpoint(self, filepath: str | os.PathLike[str], weights_only: bool = False, storage_options: Any = None) -> None:
+    def save_checkpoint(
+        self, filepath: str | os.PathLike[str], weights_only: bool = False, storage_options: Any = None
+    ) -> None:
         """Write a checkpoint of the current state; call it on every rank (rank 0 writes).
 
         Raises:
@@ -355,51 +375,3 @@ class Trainer:
         checkpoint = checkpointing.dump_checkpoint(self, weights_only=weights_only)
         self._strategy.save_checkpoint(checkpoint, os.fspath(filepath), storage_options=storage_options)
         self._strategy.barrier("Trainer.save_checkpoint")
-
-    # ------------------------------------------------------------------ hooks
-    def _build_hook_cache(self) -> None:
-        """Bind the callback hooks each callback overrides, so no-op hooks cost nothing per batch."""
-        hooks: dict[str, list[Any]] = {}
-        for name in _CALLBACK_HOOKS:
-            base = getattr(Callback, name)
-            hooks[name] = [getattr(cb, name) for cb in self.callbacks if getattr(type(cb), name, base) is not base]
-        self._hooks = hooks
-        self._custom_clipping = self._module is not None and is_overridden(self._module, "configure_gradient_clipping")
-        self._epoch_end_hooks = {
-            monitoring: [
-                cb.on_train_epoch_end
-                for cb in self.callbacks
-                if bool(getattr(cb, "_monitoring", False)) == monitoring
-                and type(cb).on_train_epoch_end is not Callback.on_train_epoch_end
-            ]
-            for monitoring in (False, True)
-        }
-
-    def _call_hooks(self, name: str, *args: Any) -> Any:
-        """Call ``name`` on the callbacks (those overriding it), then on the Module; returns the Module's result."""
-        module = self._module
-        previous = self._current_fx
-        self._current_fx = name
-        for hook in self._hooks.get(name, ()):
-            hook(self, module, *args)
-        result = getattr(module, name)(*args)
-        self._current_fx = previous
-        return result
-
-    def _call_module_hook(self, name: str, *args: Any) -> Any:
-        module = self._module
-        self._current_fx = name
-        result = getattr(module, name)(*args)
-        self._current_fx = None
-        return result
-
-    def _before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Called by the precision between backward and the update: hooks, then gradient clipping."""
-        self._call_hooks("on_before_optimizer_step", optimizer)
-        module = self._module
-        self._current_fx = "configure_gradient_clipping"
-        if self.gradient_clip_val or self._custom_clipping:
-            module.configure_gradient_clipping(
-                optimizer, gradient_clip_val=self.gradient_clip_val, gradient_clip_algorithm=self.gradient_clip_algorithm
-            )
-        self._current_fx = "training_step"

@@ -31,9 +31,9 @@ from phalanx_strategy_ddp._backend import default_backend, validate_backend, val
 __all__ = ["DDPStrategy"]
 
 START_METHODS = ("popen", "spawn", "fork", "forkserver")
-#: Imported by DistributedDataParallel's constructor on first use (pulls in torch._dynamo, seconds
+#: Imported by DistributedDataParallel's constructor on first use (torch._dynamo: seconds
 #: of work); imported once before forking, every forked worker starts with it.
-_DDP_LAZY_IMPORTS = ("torch.distributed._functional_collectives",)
+_DDP_LAZY_IMPORTS = ("torch._dynamo",)
 
 
 class DDPStrategy(ParallelStrategy):

@@ -9,8 +9,7 @@ per-rank memory for model state. Processes are started by the core's script laun
 
 from __future__ import annotations
 
-import os
-from collections.abc import Generator, Mapping
+from collections.abc import Generator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -18,19 +17,16 @@ from typing import Any, ClassVar
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.optim import Optimizer
 
 from phalanx.accelerators.accelerator import Accelerator
-from phalanx.checkpoint_io.checkpoint_io import CheckpointIO, PathLike
+from phalanx.checkpoint_io.checkpoint_io import CheckpointIO
 from phalanx.environments.cluster_environment import ClusterEnvironment
 from phalanx.errors import MisconfigurationError
 from phalanx.launchers.launcher import Launcher
 from phalanx.launchers.subprocess_script import SubprocessScriptLauncher
 from phalanx.precision.precision import Precision
 from phalanx.strategies.parallel import ParallelStrategy
-from phalanx_strategy_fsdp import _checkpoint as ckpt
 from phalanx_strategy_fsdp._fsdp2 import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy
 from phalanx_strategy_fsdp._options import mesh_shape, validate_device_mesh, validate_options
 from phalanx_strategy_fsdp._policy import class_names, resolve_policy
@@ -38,14 +34,12 @@ from phalanx_strategy_fsdp._precision import check_offload_precision, mixed_prec
 from phalanx_strategy_fsdp._process_group import destroy_process_group_at_exit
 from phalanx_strategy_fsdp._redirect import call_through_hooks
 from phalanx_strategy_fsdp._shard import shard_module
-from phalanx_strategy_fsdp._state import full_to_plain, optimizer_fqns, to_index_keys
+from phalanx_strategy_fsdp._strategy_checkpointing import FSDPCheckpointing
 
 __all__ = ["FSDPStrategy"]
 
-_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
-
-class FSDPStrategy(ParallelStrategy):
+class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
     """Fully sharded data parallel training with ``torch.distributed.fsdp.fully_shard``.
 
     Args:
@@ -76,6 +70,7 @@ class FSDPStrategy(ParallelStrategy):
     """
 
     strategy_name: ClassVar[str] = "fsdp"
+    _created_process_group: bool  # set by ParallelStrategy
 
     def __init__(
         self,
@@ -286,110 +281,6 @@ class FSDPStrategy(ParallelStrategy):
             yield
         finally:
             module.set_requires_gradient_sync(True)
-
-    # ------------------------------------------------------------------ state
-    def module_state_dict(self) -> dict[str, Any]:
-        """Sharded: this rank's DTensor shards (no communication). Full: gathered to rank 0 (collective)."""
-        module = self._require_module()
-        if self.state_dict_type == "sharded" or not isinstance(module, FSDPModule):
-            return module.state_dict()
-        return full_to_plain(get_model_state_dict(module, options=_FULL))  # type: ignore[no-any-return]
-
-    def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
-        """Name-keyed sharded state, or (full) position-keyed state gathered to rank 0 (collective)."""
-        module = self._require_module()
-        if not isinstance(module, FSDPModule):
-            return optimizer.state_dict()
-        if self.state_dict_type == "sharded":
-            return get_optimizer_state_dict(module, optimizer)
-        state = full_to_plain(get_optimizer_state_dict(module, optimizer, options=_FULL))
-        return to_index_keys(state, optimizer_fqns(module, optimizer)) if state else {}
-
-    def save_checkpoint(
-        self, checkpoint: dict[str, Any], filepath: PathLike, storage_options: Any | None = None
-    ) -> None:
-        """Write a sharded directory (every rank) or a full file (rank 0). Must run on every rank.
-
-        Raises:
-            MisconfigurationError: ``storage_options`` given (DCP and the file writer take none).
-        """
-        if storage_options is not None:
-            msg = f"FSDPStrategy.save_checkpoint(storage_options={storage_options!r}) is not supported; pass None."
-            raise MisconfigurationError(msg)
-        module = self._require_module()
-        common = {"model": module, "optimizers": self.optimizers, "checkpoint_io": self.checkpoint_io}
-        if self.state_dict_type == "sharded":
-            ckpt.save_sharded(
-                checkpoint,
-                filepath,
-                **common,
-                is_global_zero=self.is_global_zero,
-                barrier=self.barrier,
-                world_size=self.world_size,
-            )
-        else:
-            ckpt.save_full(checkpoint, filepath, **common, is_global_zero=self.is_global_zero, barrier=self.barrier)
-
-    def remove_checkpoint(self, filepath: PathLike) -> None:
-        """Rank 0 deletes the file or the shard directory."""
-        if self.is_global_zero:
-            self.checkpoint_io.remove_checkpoint(filepath)
-
-    def load_checkpoint(self, checkpoint_path: PathLike, *, weights_only: bool = True) -> dict[str, Any]:
-        """Every rank reads. A sharded directory is loaded in place into the sharded model (and its
-        optimizers when fitting) and only the Trainer state is returned; a file is returned whole
-        for :meth:`load_model_state_dict` / :meth:`load_optimizer_state_dict`.
-
-        Raises:
-            CheckpointError: Missing, incomplete, or of another model.
-        """
-        path = os.fspath(checkpoint_path)
-        if not ckpt.is_sharded_checkpoint(path):
-            return self.checkpoint_io.load_checkpoint(path, weights_only=weights_only)
-        meta = ckpt.read_sharded_meta(path, self.checkpoint_io)
-        # The Trainer expects these keys; they are filled with the live (sharded) state once loaded.
-        meta[ckpt.MODEL_KEY], meta[ckpt.OPTIMIZER_KEY] = {}, []
-        self._pending_restore, self._restored_meta = path, meta
-        if isinstance(self._module, FSDPModule):  # already set up: load now
-            self._apply_pending_restore()
-        return meta
-
-    def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
-        """Shard a full state dict into the model (a sharded checkpoint was already loaded in place)."""
-        if self._restored_sharded or self._pending_restore is not None:
-            return
-        module = self._require_module()
-        if not isinstance(module, FSDPModule):
-            self._pending_restore = dict(checkpoint)
-            return
-        if ckpt.MODEL_KEY not in checkpoint:
-            super().load_model_state_dict(checkpoint, strict=strict)  # raises the core's message
-        ckpt.load_full_model(module, checkpoint[ckpt.MODEL_KEY], source="checkpoint", strict=strict)
-
-    def load_optimizer_state_dict(self, checkpoint: Mapping[str, Any]) -> None:
-        """Load full (position- or name-keyed) optimizer states; sharded ones were loaded in place."""
-        if self._restored_sharded or self._pending_restore is not None:
-            return
-        if ckpt.OPTIMIZER_KEY not in checkpoint:
-            super().load_optimizer_state_dict(checkpoint)  # raises the core's message
-        ckpt.load_full_optimizers(
-            self._require_module(), self.optimizers, checkpoint[ckpt.OPTIMIZER_KEY], source="checkpoint"
-        )
-
-    def _apply_pending_restore(self) -> None:
-        pending, self._pending_restore = self._pending_restore, None
-        if isinstance(pending, str):
-            module = self._require_module()
-            ckpt.load_sharded(pending, model=module, optimizers=self.optimizers, checkpoint_io=self.checkpoint_io)
-            self._restored_sharded = True
-            if self._restored_meta is not None:
-                self._restored_meta[ckpt.MODEL_KEY] = module.state_dict()
-                self._restored_meta[ckpt.OPTIMIZER_KEY] = [get_optimizer_state_dict(module, o) for o in self.optimizers]
-                self._restored_meta = None
-        elif pending is not None:
-            self.load_model_state_dict(pending)
-            if self.optimizers and ckpt.OPTIMIZER_KEY in pending:
-                self.load_optimizer_state_dict(pending)
 
     # ------------------------------------------------------------------ teardown
     def teardown(self) -> None:
