@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import statistics
 import time
 from typing import Any
@@ -130,7 +131,9 @@ def main() -> None:
     phalanx_round(copy.deepcopy(base), data, 20, args.log)
     plain, ours = [], []
     for _ in range(args.rounds):
+        gc.collect()  # garbage of the previous round must not be collected inside the next timing
         plain.append(plain_round(copy.deepcopy(base), data, args.steps))
+        gc.collect()
         ours.append(phalanx_round(copy.deepcopy(base), data, args.steps, args.log))
     print(
         f"model: MLP width {args.width}, batch {args.batch_size}, {args.steps} steps x {args.rounds} rounds, {args.threads} thread(s)"
@@ -148,6 +151,7 @@ def main() -> None:
         f"step-time ratio phalanx / plain: wall {ratios[0]:.4f}, cpu {ratios[1]:.4f}, cpu best {ratios[2]:.4f}"
         "  (target <= 1.02; medians over rounds, 'best' = fastest round)"
     )
+
 
 if __name__ == "__main__":
     main()

@@ -79,13 +79,14 @@ if __name__ == "__main__":
             self.norm = nn.LayerNorm(width)
             self.head = nn.Linear(width, vocab_size)
             self.max_steps = max_steps
-            self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(block_size), persistent=False)
+            causal = torch.ones(block_size, block_size, dtype=torch.bool).triu(diagonal=1)  # True = may not attend
+            self.register_buffer("mask", causal, persistent=False)
 
         def forward(self, ids: torch.Tensor) -> torch.Tensor:
             length = ids.size(1)
             positions = torch.arange(length, device=ids.device)
             hidden = self.token(ids) + self.position(positions)
-            hidden = self.blocks(hidden, mask=self.mask[:length, :length].to(hidden.dtype), is_causal=True)
+            hidden = self.blocks(hidden, mask=self.mask[:length, :length], is_causal=True)
             return self.head(self.norm(hidden))
 
         def _loss(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -102,7 +103,9 @@ if __name__ == "__main__":
             self.log("val_loss", self._loss(batch), prog_bar=True, sync_dist=True)
 
         def configure_optimizers(self) -> Any:
-            optimizer = torch.optim.AdamW(self.parameters(), lr=3e-3, weight_decay=0.01)
+            # float16 weights ("16-true") cannot represent Adam's default eps=1e-8; use a larger one there
+            eps = 1e-4 if self.dtype == torch.float16 else 1e-8
+            optimizer = torch.optim.AdamW(self.parameters(), lr=3e-3, weight_decay=0.01, eps=eps)
             warmup = max(1, self.max_steps // 10)
 
             def schedule(step: int) -> float:  # linear warmup, then cosine decay to 10%

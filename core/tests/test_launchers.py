@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,11 @@ _DEADLINE_SECONDS = 3.0
 
 
 def _job(tmp_path: Path, *args: str, module: bool = False) -> Job:
-    command = [sys.executable, "-m", "launcher_job", *args] if module else [sys.executable, str(SCRIPTS / "launcher_job.py"), *args]
+    command = (
+        [sys.executable, "-m", "launcher_job", *args]
+        if module
+        else [sys.executable, str(SCRIPTS / "launcher_job.py"), *args]
+    )
     return Job(command, tmp_path, env={"PYTHONPATH": str(SCRIPTS)} if module else {})
 
 
@@ -59,7 +64,13 @@ def test_reruns_the_command_with_the_rank_variables(tmp_path: Path, module: bool
     port = ranks[0]["env"]["MASTER_PORT"]
     assert port and int(port) > 0
     for rank, facts in enumerate(ranks):
-        assert facts["env"] == {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "WORLD_SIZE": "2", "NODE_RANK": "0", "LOCAL_RANK": str(rank)}
+        assert facts["env"] == {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+            "WORLD_SIZE": "2",
+            "NODE_RANK": "0",
+            "LOCAL_RANK": str(rank),
+        }
     assert ranks[0]["pid"] == job.pid != ranks[1]["pid"]
     assert ranks[1]["argv"][1:] == ["ok", str(tmp_path)]
     assert (tmp_path / "rank1.done").exists()  # the parent waited for its slower child
@@ -118,11 +129,11 @@ def test_no_script_to_rerun_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_check_start_method_messages() -> None:
     check_start_method("spawn")
-    with pytest.raises(MisconfigurationError, match="not supported on this platform.*ddp_spawn"):
+    with pytest.raises(MisconfigurationError, match=r"not supported on this platform.*ddp_spawn"):
         check_start_method("fork", available=("spawn",))  # e.g. Windows
-    with pytest.raises(MisconfigurationError, match="CUDA is already initialised.*ddp_spawn"):
+    with pytest.raises(MisconfigurationError, match=r"CUDA is already initialised.*ddp_spawn"):
         check_start_method("fork", cuda_initialized=True)
-    with pytest.raises(MisconfigurationError, match="'thread' is not a multiprocessing start method"):
+    with pytest.raises(MisconfigurationError, match=r"'thread' is not a multiprocessing start method"):
         check_start_method("thread")
 
 
@@ -141,6 +152,11 @@ def test_launchers_pickle_without_their_processes() -> None:
 
 class Node:
     """A plain picklable object to build object graphs from."""
+
+    trainer: Node
+    fit_loop: Node
+    callbacks: list[Any]
+    lock: Any
 
 
 def test_find_unpicklable_names_the_attribute_not_the_back_reference() -> None:

@@ -20,7 +20,9 @@ def start_job(workdir: Path, name: str, *args: str, env: dict[str, str] | None =
     ``OMP_NUM_THREADS=1`` like torchrun, so that every launch method computes with the same
     number of threads as the plain reference loop.
     """
-    command = [sys.executable, str(SCRIPTS / args[0]), *args[1:]] if args[0].endswith(".py") else [sys.executable, *args]
+    command = (
+        [sys.executable, str(SCRIPTS / args[0]), *args[1:]] if args[0].endswith(".py") else [sys.executable, *args]
+    )
     return Job(command, workdir, env={"OMP_NUM_THREADS": "1", **(env or {})}, name=name)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import signal
 import time
-from pathlib import Path
 
 import pytest
 from ddp_helpers import start_job

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 import torch
-
 from ddp_helpers import SCRIPTS, load_json, start_job
 
 from phalanx.environments.local import find_free_port
@@ -36,7 +35,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     torchrun_port, nodes_port = find_free_port(), find_free_port()
     dirs["torchrun"] = tmp / "torchrun"
     dirs["nodes"] = tmp / "nodes"
-    for name, args in _RUNS.items():
+    for name in _RUNS:
         dirs[name] = tmp / name
     for directory in dirs.values():
         directory.mkdir()
@@ -86,7 +85,9 @@ def reference(runs: dict[str, Path]) -> dict[str, torch.Tensor]:
     return ranks[0]
 
 
-def test_torchrun_two_nodes_launches_nothing_and_matches_plain_loop(runs: dict[str, Path], reference: dict[str, torch.Tensor]) -> None:
+def test_torchrun_two_nodes_launches_nothing_and_matches_plain_loop(
+    runs: dict[str, Path], reference: dict[str, torch.Tensor]
+) -> None:
     for rank in (0, 1):
         result = load_json(runs["torchrun"] / f"rank{rank}.json")
         assert result["env"] == "TorchElasticEnvironment"
@@ -96,7 +97,9 @@ def test_torchrun_two_nodes_launches_nothing_and_matches_plain_loop(runs: dict[s
         _assert_same(_weights(result), reference)
 
 
-def test_phalanx_launcher_two_nodes_matches_plain_loop(runs: dict[str, Path], reference: dict[str, torch.Tensor]) -> None:
+def test_phalanx_launcher_two_nodes_matches_plain_loop(
+    runs: dict[str, Path], reference: dict[str, torch.Tensor]
+) -> None:
     results = [load_json(runs["nodes"] / f"rank{rank}.json") for rank in (0, 1)]
     assert {r["global_rank"] for r in results} == {0, 1}
     assert all(r["world_size"] == 2 and r["env"] == "LocalEnvironment" for r in results)

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-
 from ds_helpers import run_command, run_script
 
 pytestmark = pytest.mark.timeout(420)

@@ -24,12 +24,12 @@ def test_unknown_stage_is_refused(stage: object) -> None:
 
 
 def test_unknown_stage_in_a_config_is_refused() -> None:
-    with pytest.raises(MisconfigurationError, match="zero_optimization.stage: ZeRO stage 7"):
+    with pytest.raises(MisconfigurationError, match=r"zero_optimization\.stage: ZeRO stage 7"):
         DeepSpeedStrategy(config={"zero_optimization": {"stage": 7}})
 
 
 def test_nvme_without_a_path_is_refused() -> None:
-    with pytest.raises(MisconfigurationError, match="no nvme_path is set.*nvme_path="):
+    with pytest.raises(MisconfigurationError, match=r"no nvme_path is set.*nvme_path="):
         Trainer(strategy="deepspeed_stage_3_offload_nvme", accelerator="cpu", devices=2, logger=False)
     with pytest.raises(MisconfigurationError, match="offload_param offloads to 'nvme'"):
         DeepSpeedStrategy(config={"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})
@@ -103,7 +103,7 @@ def test_trainer_accumulation_and_clipping_reach_the_config() -> None:
 
 
 def test_conflicting_trainer_and_config_settings_are_refused() -> None:
-    with pytest.raises(MisconfigurationError, match="accumulate_grad_batches=2.*gradient_accumulation_steps=3"):
+    with pytest.raises(MisconfigurationError, match=r"accumulate_grad_batches=2.*gradient_accumulation_steps=3"):
         apply_trainer_settings({"gradient_accumulation_steps": 3}, accumulate_grad_batches=2, gradient_clip_val=None, gradient_clip_algorithm=None, micro_batch_size=None)
     with pytest.raises(MisconfigurationError, match="only clips by global norm"):
         apply_trainer_settings({}, accumulate_grad_batches=1, gradient_clip_val=1.0, gradient_clip_algorithm="value", micro_batch_size=None)

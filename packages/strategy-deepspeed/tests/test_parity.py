@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from ds_helpers import run_command, run_script
 
 pytestmark = pytest.mark.timeout(420)

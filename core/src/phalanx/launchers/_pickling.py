@@ -38,7 +38,7 @@ class _StubbingPickler(pickle.Pickler):
 def _picklable(obj: Any, stubbed: set[int] | None = None) -> bool:
     try:
         _StubbingPickler(io.BytesIO(), obj, stubbed or set()).dump(obj)
-    except Exception:  # noqa: BLE001 - any failure means "not picklable"; the caller reports it
+    except Exception:
         return False
     return True
 

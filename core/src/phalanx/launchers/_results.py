@@ -16,7 +16,13 @@ from typing import Any
 __all__ = ["CHECKPOINT_ATTRIBUTES", "collect", "load", "recover_in_main_process", "save"]
 
 #: Attributes of checkpoint callbacks (duck-typed: any callback having them) copied back.
-CHECKPOINT_ATTRIBUTES = ("best_model_path", "last_model_path", "best_model_score", "best_k_models", "kth_best_model_path")
+CHECKPOINT_ATTRIBUTES = (
+    "best_model_path",
+    "last_model_path",
+    "best_model_score",
+    "best_k_models",
+    "kth_best_model_path",
+)
 
 
 def _module_of(strategy: Any, trainer: Any) -> Any:

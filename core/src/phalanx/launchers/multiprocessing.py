@@ -301,7 +301,7 @@ def _worker_entry(
             _results.save(_results.collect(strategy, trainer, result), results_path)
     except KeyboardInterrupt:
         os._exit(130)
-    except BaseException as exc:  # noqa: BLE001 - report any failure, then end the worker at once
+    except BaseException as exc:
         time.sleep(SECONDARY_FAILURE_DELAY)
         print_rank_traceback(rank, type(exc), exc, exc.__traceback__)
         os._exit(1)

@@ -169,7 +169,7 @@ class SubprocessScriptLauncher(Launcher):
         base_rank = env.node_rank() * self.num_processes
         for local_rank in range(1, self.num_processes):
             child_env = {**os.environ, "LOCAL_RANK": str(local_rank)}
-            proc = subprocess.Popen(command, env=child_env, cwd=os.getcwd(), preexec_fn=preexec)  # noqa: PLW1509
+            proc = subprocess.Popen(command, env=child_env, cwd=os.getcwd(), preexec_fn=preexec)
             self.procs.append(proc)
             self._children.append(_Child(proc, local_rank, base_rank + local_rank))
         _launched_here.set()

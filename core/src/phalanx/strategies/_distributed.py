@@ -95,7 +95,9 @@ def inject_distributed_sampler(dataloader: Any, shuffle: bool | None, *, num_rep
     if shuffle is None:
         shuffle = isinstance(dataloader.sampler, RandomSampler)
     # seed=0 like a hand-written DDP loop, so phalanx and plain torch shard identically.
-    sampler = DistributedSampler(dataloader.dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=0)
+    sampler: DistributedSampler[Any] = DistributedSampler(
+        dataloader.dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=0
+    )
     kwargs: dict[str, Any] = {name: getattr(dataloader, name) for name in _LOADER_ARGS if hasattr(dataloader, name)}
     if dataloader.num_workers > 0:
         kwargs["prefetch_factor"] = dataloader.prefetch_factor

@@ -21,10 +21,10 @@ from phalanx.accelerators.accelerator import Accelerator
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO
 from phalanx.environments.cluster_environment import ClusterEnvironment
 from phalanx.precision.precision import Precision
+from phalanx.strategies._collectives import TBroadcast
 from phalanx.strategies._distributed import all_gather as _all_gather
 from phalanx.strategies._distributed import inject_distributed_sampler, resolve_reduce_op
 from phalanx.strategies._rendezvous import next_group_store
-from phalanx.strategies._collectives import TBroadcast
 from phalanx.strategies.strategy import Strategy
 
 __all__ = ["ParallelStrategy"]
@@ -180,7 +180,9 @@ class ParallelStrategy(Strategy):
             return tensor
         return _all_gather(tensor, dist.group.WORLD if group is None else group, sync_grads=sync_grads)
 
-    def reduce(self, tensor: torch.Tensor | Any, group: Any | None = None, reduce_op: Any | None = "mean") -> torch.Tensor | Any:
+    def reduce(
+        self, tensor: torch.Tensor | Any, group: Any | None = None, reduce_op: Any | None = "mean"
+    ) -> torch.Tensor | Any:
         """Reduce a tensor over ranks: "mean" (default), "sum", "max", "min" or a ``ReduceOp``.
 
         Returns a new tensor (the input is left untouched). Non-tensors pass through unchanged, so
@@ -198,7 +200,7 @@ class ParallelStrategy(Strategy):
             result = result / dist.get_world_size(group)
         return result
 
-    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:  # noqa: A002 - Lightning's name
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
         """Agree on a boolean: every rank (``all=True``) or at least one rank said yes."""
         if not (dist.is_available() and dist.is_initialized()):
             return bool(decision)

@@ -52,7 +52,13 @@ def validate_backend(backend: str | None) -> str | None:
 
 
 def validate_backend_for_device(backend: str, device: torch.device) -> None:
-    """Refuse a backend this build of torch lacks, or nccl for CPU processes, before rendezvous."""
+    """Refuse nccl for CPU processes, or a backend this build of torch lacks, before rendezvous."""
+    if backend == "nccl" and device.type != "cuda":
+        msg = (
+            f"process_group_backend='nccl' needs CUDA devices, but this process runs on {str(device)!r}. "
+            "Fix: use process_group_backend='gloo' for CPU training, or accelerator='cuda'."
+        )
+        raise MisconfigurationError(msg)
     available = {
         "gloo": dist.is_gloo_available(),
         "nccl": dist.is_nccl_available(),
@@ -67,9 +73,3 @@ def validate_backend_for_device(backend: str, device: torch.device) -> None:
                 "or install a torch build with it."
             )
             raise MisconfigurationError(msg)
-    if backend == "nccl" and device.type != "cuda":
-        msg = (
-            f"process_group_backend='nccl' needs CUDA devices, but this process runs on {str(device)!r}. "
-            "Fix: use process_group_backend='gloo' for CPU training, or accelerator='cuda'."
-        )
-        raise MisconfigurationError(msg)

@@ -84,7 +84,7 @@ def plain_ddp_loop() -> dict[str, torch.Tensor]:
     torch.manual_seed(SEED)
     model = DistributedDataParallel(Net())
     optimizer = torch.optim.Adam(model.parameters(), lr=LR)
-    sampler = DistributedSampler(dataset(), shuffle=True, seed=0)
+    sampler: DistributedSampler[Any] = DistributedSampler(dataset(), shuffle=True, seed=0)
     data = DataLoader(dataset(), batch_size=BATCH_SIZE, sampler=sampler)
     for epoch in range(EPOCHS):
         sampler.set_epoch(epoch)

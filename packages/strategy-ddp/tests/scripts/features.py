@@ -25,6 +25,13 @@ from phalanx.strategies import DDPStrategy
 OUT = sys.argv[1] if len(sys.argv) > 1 else "."
 
 
+def _pg_timeout_seconds() -> float:
+    """The timeout the default process group was created with (read back from its gloo backend)."""
+    group = dist.group.WORLD
+    assert group is not None
+    return float(group._get_backend(torch.device("cpu")).options._timeout.total_seconds())
+
+
 class Recorder(PhalanxNet):
     """Writes facts about the running strategy at the end of training, on every rank."""
 
@@ -39,7 +46,7 @@ class Recorder(PhalanxNet):
             "static_graph": getattr(model, "static_graph", None),
             "gradient_as_bucket_view": getattr(model, "gradient_as_bucket_view", None),
             "backend": dist.get_backend(),
-            "pg_timeout_s": dist.group.WORLD._get_backend(torch.device("cpu")).options._timeout.total_seconds(),
+            "pg_timeout_s": _pg_timeout_seconds(),
             "weights": [p.detach().flatten().tolist() for p in self.parameters()],
         }
 
@@ -82,7 +89,10 @@ class Hooked(Recorder):
 
     def facts(self) -> dict[str, Any]:
         strategy = self.trainer.strategy
-        return {**super().facts(), "calls": strategy._ddp_comm_state["calls"] if strategy._ddp_comm_state else HOOK_STATE["calls"]}
+        return {
+            **super().facts(),
+            "calls": strategy._ddp_comm_state["calls"] if strategy._ddp_comm_state else HOOK_STATE["calls"],
+        }
 
 
 HOOK_STATE: dict[str, int] = {"calls": 0}
@@ -100,7 +110,8 @@ class CustomDDPStrategy(DDPStrategy):
     """The docs' custom strategy: own DDP wrapper, own setup touching accelerator and precision."""
 
     def configure_ddp(self) -> None:
-        self.model = MyCustomDistributedDataParallel(self.model, device_ids=self.determine_ddp_device_ids())
+        model: nn.Module = self.model  # type: ignore[has-type,assignment]  # mypy loses the property here
+        self.model = MyCustomDistributedDataParallel(model, device_ids=self.determine_ddp_device_ids())
 
     def setup(self, trainer: Any) -> None:
         self.accelerator.setup(trainer)  # type: ignore[union-attr]
@@ -132,7 +143,7 @@ class Collectives(Recorder):
             "broadcast": s.broadcast({"from": rank}, src=1),
             "all_true": s.reduce_boolean_decision(rank == 0, all=True),
             "any_true": s.reduce_boolean_decision(rank == 0, all=False),
-            "grad": x.grad.tolist(),
+            "grad": x.grad.tolist() if x.grad is not None else None,
             "sampler": s.distributed_sampler_kwargs,
         }
 
@@ -168,9 +179,13 @@ if __name__ == "__main__":
     )
     try:  # torch's SyncBatchNorm is GPU-only: refused with a clear message before any fork
         fit(WithBatchNorm(), "ddp_fork", sync_batchnorm=True)
-    except Exception as err:  # noqa: BLE001 - the message is what the test checks
+    except Exception as err:
         main["syncbn"] = f"{type(err).__name__}: {err}"
-    fit(Hooked(), DDPStrategy(start_method="fork", ddp_comm_hook=counting_hook, ddp_comm_state={"calls": 0}), accumulate_grad_batches=2)
+    fit(
+        Hooked(),
+        DDPStrategy(start_method="fork", ddp_comm_hook=counting_hook, ddp_comm_state={"calls": 0}),
+        accumulate_grad_batches=2,
+    )
     registered = DDPStrategy(start_method="fork")
     registered.register_ddp_comm_hook(counting_hook, HOOK_STATE)
     fit(RegisteredHook(), registered)
@@ -178,7 +193,7 @@ if __name__ == "__main__":
     fit(Collectives(), "ddp_fork")
     try:
         fit(Unpicklable(), "ddp_spawn")
-    except Exception as err:  # noqa: BLE001 - the message is what the test checks
+    except Exception as err:
         main["unpicklable"] = f"{type(err).__name__}: {err}"
     sys.ps1 = ">>> "  # what makes an interpreter interactive; the Trainer must pick ddp_notebook
     trainer = phalanx.Trainer(**trainer_kwargs(devices=2, strategy="auto"))

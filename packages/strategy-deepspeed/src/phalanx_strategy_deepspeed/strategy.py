@@ -83,6 +83,7 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str] = "deepspeed"
+    _precision_plugin: Precision | None
 
     def __init__(
         self,
@@ -172,10 +173,11 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
     @property
     def precision_plugin(self) -> Precision:
         """Always a :class:`DeepSpeedPrecision`; any precision assigned is converted by name."""
-        if not isinstance(self._precision_plugin, DeepSpeedPrecision):
-            name = getattr(self._precision_plugin, "precision", "32-true")
-            self._precision_plugin = DeepSpeedPrecision(str(name))
-        return self._precision_plugin
+        current: Precision | None = self._precision_plugin
+        if not isinstance(current, DeepSpeedPrecision):
+            current = DeepSpeedPrecision(str(getattr(current, "precision", "32-true")))
+            self._precision_plugin = current
+        return current
 
     @precision_plugin.setter
     def precision_plugin(self, precision_plugin: Precision | None) -> None:
@@ -313,7 +315,7 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
 
     def _inference_config(self, config: dict[str, Any]) -> dict[str, Any]:
         """A config for evaluation: no optimizer; ZeRO kept only for stage 3 (weights are sharded)."""
-        keep = {key: config[key] for key in ("fp16", "bf16", "train_micro_batch_size_per_gpu") if key in config}
+        keep: dict[str, Any] = {key: config[key] for key in ("fp16", "bf16", "train_micro_batch_size_per_gpu") if key in config}
         keep.setdefault("train_micro_batch_size_per_gpu", 1)
         if self.zero_stage_3:
             keep["zero_optimization"] = config["zero_optimization"]
