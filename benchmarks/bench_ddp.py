@@ -1,6 +1,6 @@
 """DDP on phalanx vs a hand-written torchrun DDP loop: step time and launch-to-first-step.
 
-Run:  python benchmarks/bench_ddp.py [--steps 80 --width 512 --devices 2]
+Run:  python benchmarks/bench_ddp.py [--steps 80 --width 512 --devices 2 --repeat 3]
 
 Each case trains the same MLP on the same data with 2 CPU processes (gloo, OMP_NUM_THREADS=1):
 
@@ -159,6 +159,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per case (medians are reported)")
     parser.add_argument("--cases", nargs="+", default=list(_CASES), choices=_CASES)
     parser.add_argument("--role", choices=("plain", "phalanx"), help=argparse.SUPPRESS)
     parser.add_argument("--strategy", help=argparse.SUPPRESS)
@@ -170,9 +171,17 @@ def main() -> None:
     if args.role == "phalanx":
         run_phalanx(args.out, args.width, args.steps, args.strategy, args.devices)
         return
-    results = {case: _measure(case, args) for case in args.cases}
+    # Interleave the cases and keep each one's median, so that load from other programs on the
+    # machine hits every case alike.
+    runs: dict[str, list[dict[str, float]]] = {case: [] for case in args.cases}
+    for _ in range(args.repeat):
+        for case in args.cases:
+            runs[case].append(_measure(case, args))
+    results = {case: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for case, rs in runs.items()}
     base = results.get("torchrun")
-    print(f"{args.devices} CPU processes, gloo, MLP width {args.width}, {args.steps} steps of batch 64")
+    print(
+        f"{args.devices} CPU processes, gloo, MLP width {args.width}, {args.steps} steps of batch 64, median of {args.repeat}"
+    )
     print(f"{'launch':<10} {'launch-to-first-step s':>23} {'vs torchrun':>12} {'step ms':>9} {'vs torchrun':>12}")
     for case, r in results.items():
         launch_ratio = f"{r['launch_s'] / base['launch_s']:.2f}x" if base else "-"

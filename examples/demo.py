@@ -35,6 +35,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data", type=Path, default=DATA, help="a UTF-8 text file")
     parser.add_argument("--root-dir", default=".", help="where phalanx_logs/ is written")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per process (a tiny model runs fastest on one)")
     parser.add_argument("--no-progress-bar", action="store_true")
     return parser.parse_args(argv)
 
@@ -128,6 +129,7 @@ if __name__ == "__main__":
                 ids = torch.cat([ids, torch.multinomial(logits.softmax(-1), 1, generator=generator)])
             return ids[len(prompt) :]
 
+    torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     text = args.data.read_text(encoding="utf-8")
     vocab = sorted(set(text))

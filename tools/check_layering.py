@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import ast
 import sys
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = {"torch", "deepspeed", "torch_xla"}

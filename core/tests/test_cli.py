@@ -7,10 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from plugin_fixtures import SitePackages
 
 from phalanx import cli
-
-from plugin_fixtures import SitePackages, site_packages  # noqa: F401 - fixture
 
 STRATEGY_KEYS = {"name", "description", "plugin", "distribution", "version", "target", "available", "reason"}
 PLUGIN_KEYS = {"entry_point", "value", "distribution", "version", "status", "reason", "hooks", "provides"}

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from plugin_fixtures import SitePackages
 
 from phalanx import plugins
 from phalanx.errors import CheckpointError, MisconfigurationError
-
-from plugin_fixtures import SitePackages, site_packages  # noqa: F401 - fixture
 
 TORCHRUN_VARS = {"RANK": "1", "GROUP_RANK": "0", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "x", "WORLD_SIZE": "2"}
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from plugin_fixtures import SitePackages
 
 from phalanx import plugins
 from phalanx.errors import PhalanxError, PluginUnavailableError
 from phalanx.registry import PrecisionRegistry, StrategyRegistry
-
-from plugin_fixtures import SitePackages, site_packages  # noqa: F401 - fixture
 
 GOOD = """
 from phalanx import hookimpl

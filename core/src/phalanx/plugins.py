@@ -13,7 +13,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pluggy
 
@@ -141,14 +141,14 @@ def _load_one(manager: pluggy.PluginManager, ep: _metadata.EntryPoint, blocked: 
         record.status, record.reason = "incompatible", problem
         return record
     try:
-        module = ep.load()
-    except Exception as err:  # noqa: BLE001 - any import error must be isolated and reported
+        module = cast(ModuleType, ep.load())
+    except Exception as err:
         record.status = "failed"
         record.reason = f"import of {ep.value!r} failed: {type(err).__name__}: {err}"
         return record
     try:
         manager.register(module, name=ep.name)
-    except Exception as err:  # noqa: BLE001 - pluggy validation errors (unknown hook, bad signature)
+    except Exception as err:
         record.status, record.reason = "failed", f"invalid plugin: {err}"
         return record
     record.hooks = sorted(caller.name for caller in manager.get_hookcallers(module) or [])
@@ -201,7 +201,7 @@ def _run_registration_hooks(manager: pluggy.PluginManager, module: ModuleType, r
         try:
             with registering_as(source):
                 function(registry=registry)
-        except Exception as err:  # noqa: BLE001 - isolate the plugin, keep the others
+        except Exception as err:
             for reg in REGISTRATION_HOOKS.values():
                 reg._remove_from(record.name)
             manager.unregister(module)

@@ -12,6 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
+#: Set by pytest itself, and by torch (its compile cache, on an optimizer's first step).
+_OWNED_BY_OTHERS = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"}
+
 
 @pytest.fixture(autouse=True)
 def _no_leftovers() -> Iterator[None]:
@@ -28,5 +31,5 @@ def _no_leftovers() -> Iterator[None]:
         import torch.distributed as dist
 
         assert not (dist.is_available() and dist.is_initialized()), "test left a process group initialised"
-    changed = {k for k in set(before_env) | set(os.environ) if before_env.get(k) != os.environ.get(k)} - {"PYTEST_CURRENT_TEST"}
+    changed = {k for k in set(before_env) | set(os.environ) if before_env.get(k) != os.environ.get(k)} - _OWNED_BY_OTHERS
     assert not changed, f"test changed environment variables: {sorted(changed)}"

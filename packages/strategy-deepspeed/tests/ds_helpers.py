@@ -55,10 +55,19 @@ def run_command(command: list[str], *, timeout: float = RUN_TIMEOUT, cwd: Path |
     return subprocess.CompletedProcess(command, proc.returncode, output, "")
 
 
-def run_script(out: Path, *args: str, expect_ok: bool = True, timeout: float = RUN_TIMEOUT) -> dict[int, dict[str, Any]]:
-    """Run ds_run.py with ``args`` writing to ``out``; return each rank's JSON by rank."""
+def run_script(
+    out: Path, *args: str, torchrun: bool = False, expect_ok: bool = True, timeout: float = RUN_TIMEOUT
+) -> dict[int, dict[str, Any]]:
+    """Run ds_run.py with ``args`` writing to ``out``; return each rank's JSON by rank.
+
+    ``torchrun=True`` starts the two ranks with ``torch.distributed.run`` instead of letting the
+    strategy re-run the script.
+    """
     out.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, str(SCRIPT), *args, "--out", str(out), "--ref-port", str(free_port())]
+    launcher = [sys.executable]
+    if torchrun:
+        launcher += ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port())]
+    command = [*launcher, str(SCRIPT), *args, "--out", str(out), "--ref-port", str(free_port())]
     result = run_command(command, timeout=timeout, cwd=out)
     if expect_ok and result.returncode != 0:
         pytest.fail(f"ds_run.py {' '.join(args)} exited {result.returncode}:\n{result.stdout[-6000:]}")

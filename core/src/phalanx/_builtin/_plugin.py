@@ -8,6 +8,7 @@ heavy is imported at module level: listing must stay torch-free.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from phalanx import hookimpl
 from phalanx.registry import Registry
@@ -112,7 +113,8 @@ def phalanx_detect_cluster_environment() -> str | None:
     for entry in ClusterEnvironmentRegistry.entries():
         if entry.name == "local" or not entry.available:
             continue
-        if ClusterEnvironmentRegistry.get_class(entry.name).detect():
+        environment: Any = ClusterEnvironmentRegistry.get_class(entry.name)
+        if environment.detect():
             return entry.name
     return "local"
 

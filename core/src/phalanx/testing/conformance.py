@@ -159,7 +159,7 @@ def reference_run(world_size: int, steps: int) -> tuple[dict[str, Any], list[flo
             rank_losses.append(torch.nn.functional.mse_loss(model(x[idx]), y[idx]))
         losses.append(rank_losses[0].item())
         optimizer.zero_grad()
-        (sum(rank_losses) / world_size).backward()
+        torch.stack(rank_losses).mean().backward()
         optimizer.step()
     state = {k: v.detach().clone() for k, v in model.state_dict().items() if k.split(".")[0] in {"hidden", "head"}}
     return state, losses

@@ -20,9 +20,7 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 import torch
-from torch import nn
 
-from phalanx._optim import LRSchedulerConfig, init_optimizers_and_lr_schedulers
 from phalanx.accelerators.accelerator import Accelerator
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO
 from phalanx.environments.cluster_environment import ClusterEnvironment
@@ -31,7 +29,7 @@ from phalanx.launchers.launcher import Launcher
 from phalanx.launchers.subprocess_script import SubprocessScriptLauncher
 from phalanx.precision.precision import Precision
 from phalanx.strategies.parallel import ParallelStrategy
-from phalanx_strategy_deepspeed import _config
+from phalanx_strategy_deepspeed import _config, _engine
 from phalanx_strategy_deepspeed._checkpoint import DeepSpeedCheckpointing
 from phalanx_strategy_deepspeed._env import (
     communication_backend,
@@ -262,7 +260,7 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
         deepspeed = import_deepspeed()
         args = argparse.Namespace(device_rank=self.root_device.index or 0)
         if fitting:
-            optimizer, schedulers = self._client_optimizer(module, config)
+            optimizer, schedulers = _engine.client_optimizer(module, config)
             scheduler = schedulers[0].scheduler if schedulers else None
             params = [p for p in module.parameters() if p.requires_grad] if optimizer is None else None
             engine, ds_optimizer, _, ds_scheduler = deepspeed.initialize(
@@ -275,10 +273,10 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
                 dist_init_required=False,
             )
             self.optimizers = [ds_optimizer]
-            self.lr_scheduler_configs = self._adopt_scheduler(engine, ds_scheduler, schedulers)
+            self.lr_scheduler_configs = _engine.adopt_scheduler(engine, ds_scheduler, schedulers)
         else:
             engine, _, _, _ = deepspeed.initialize(
-                args=args, model=module, config=self._inference_config(config), model_parameters=[], dist_init_required=False
+                args=args, model=module, config=_engine.inference_config(config, stage3=self.zero_stage_3), model_parameters=[], dist_init_required=False
             )
             self.optimizers = []
             self.lr_scheduler_configs = []
@@ -293,7 +291,7 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
             accumulate_grad_batches=int(getattr(trainer, "accumulate_grad_batches", 1) or 1),
             gradient_clip_val=getattr(trainer, "gradient_clip_val", None),
             gradient_clip_algorithm=getattr(trainer, "gradient_clip_algorithm", None),
-            micro_batch_size=self._auto_batch_size(trainer),
+            micro_batch_size=_engine.auto_batch_size(trainer),
         )
         _config.apply_precision(config, self.precision_plugin.precision, self._options)
         offloads = config.get("zero_optimization", {}).get("offload_optimizer", {})
@@ -303,55 +301,6 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
             config.setdefault("zero_force_ds_cpu_optimizer", False)
         _config.check_config(config)
         return config
-
-    def _auto_batch_size(self, trainer: Any) -> int | None:
-        """The train dataloader's batch size, for DeepSpeed's throughput logging only."""
-        candidates = (getattr(getattr(trainer, "fit_loop", None), "dataloader", None), getattr(trainer, "train_dataloader", None))
-        for loader in candidates:
-            size = getattr(getattr(loader, "batch_sampler", None), "batch_size", None) or getattr(loader, "batch_size", None)
-            if isinstance(size, int) and size > 0:
-                return size
-        return None
-
-    def _inference_config(self, config: dict[str, Any]) -> dict[str, Any]:
-        """A config for evaluation: no optimizer; ZeRO kept only for stage 3 (weights are sharded)."""
-        keep: dict[str, Any] = {key: config[key] for key in ("fp16", "bf16", "train_micro_batch_size_per_gpu") if key in config}
-        keep.setdefault("train_micro_batch_size_per_gpu", 1)
-        if self.zero_stage_3:
-            keep["zero_optimization"] = config["zero_optimization"]
-            keep["zero_allow_untested_optimizer"] = config.get("zero_allow_untested_optimizer", True)
-        return keep
-
-    def _client_optimizer(self, module: nn.Module, config: dict[str, Any]) -> tuple[Any, list[LRSchedulerConfig]]:
-        """The Module's optimizer and schedulers, unless the DeepSpeed config defines the optimizer.
-
-        Raises:
-            MisconfigurationError: No optimizer anywhere, or more than one.
-        """
-        optimizers, schedulers = init_optimizers_and_lr_schedulers(module)
-        if "optimizer" in config:
-            return None, schedulers
-        if len(optimizers) != 1:
-            msg = (
-                f"DeepSpeed trains with exactly one optimizer, but configure_optimizers returned {len(optimizers)}. "
-                "Fix: return one optimizer, or define one in the DeepSpeed config ('optimizer': {...})."
-            )
-            raise MisconfigurationError(msg)
-        if len(schedulers) > 1:
-            msg = f"DeepSpeed supports one LR scheduler, but configure_optimizers returned {len(schedulers)}; return one."
-            raise MisconfigurationError(msg)
-        return optimizers[0], schedulers
-
-    @staticmethod
-    def _adopt_scheduler(engine: Any, ds_scheduler: Any, schedulers: list[LRSchedulerConfig]) -> list[LRSchedulerConfig]:
-        """Let the Trainer, not the engine, step the scheduler (so ``interval``/``frequency`` hold)."""
-        if ds_scheduler is None:
-            return schedulers
-        engine.lr_scheduler = None
-        if not schedulers:
-            return [LRSchedulerConfig(ds_scheduler, interval="step")]
-        schedulers[0].scheduler = ds_scheduler
-        return schedulers
 
     # ------------------------------------------------------------------ model creation
     @contextmanager

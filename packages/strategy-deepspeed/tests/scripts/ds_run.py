@@ -26,6 +26,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from phalanx import Module, Trainer
+from phalanx.plugins import convert_checkpoint
 
 LR = 0.05
 BATCH = 4
@@ -34,6 +35,11 @@ BATCH = 4
 def build_layers(hidden: int) -> nn.Sequential:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(8, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+
+
+def scheduler(optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
+    """Halve the learning rate every 2 optimizer steps (exercises scheduler stepping and resume)."""
+    return torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
 
 
 def dataset() -> TensorDataset:
@@ -80,8 +86,9 @@ class Net(Module):
         if self.save_to:
             self.trainer.save_checkpoint(self.save_to)
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.parameters(), lr=LR)
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer = torch.optim.Adam(self.parameters(), lr=LR)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler(optimizer), "interval": "step"}}
 
 
 def loader() -> DataLoader:
@@ -112,6 +119,7 @@ def reference(args: argparse.Namespace) -> list[float]:
         model = build_layers(args.hidden)
         ddp = nn.parallel.DistributedDataParallel(model)
         optimizer = torch.optim.Adam(ddp.parameters(), lr=LR)
+        schedule = scheduler(optimizer)
         sampler = DistributedSampler(dataset(), num_replicas=world, rank=rank, shuffle=False, seed=0)
         data = DataLoader(dataset(), batch_size=BATCH, sampler=sampler)
         losses: list[float] = []
@@ -129,6 +137,7 @@ def reference(args: argparse.Namespace) -> list[float]:
                         torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
                     optimizer.step()
                     optimizer.zero_grad()
+                    schedule.step()
                     steps += 1
                     if steps == args.steps:
                         break
@@ -151,7 +160,10 @@ def parity(args: argparse.Namespace) -> None:
     run = trainer(args, args.steps)
     run.fit(model, loader())
     rank = run.global_rank
-    write(args, rank, {"losses": model.losses, "ref": reference(args), "world": run.world_size, "numel": model.local_numel})
+    result = {"losses": model.losses, "ref": reference(args), "world": run.world_size, "numel": model.local_numel}
+    if rank == 0:  # what `phalanx checkpoint convert` runs, without starting another interpreter
+        convert_checkpoint(model.save_to, os.path.join(args.out, "converted.ckpt"))
+    write(args, rank, result)
 
 
 def resume(args: argparse.Namespace) -> None:
@@ -167,14 +179,22 @@ def resume(args: argparse.Namespace) -> None:
     write(args, resumed.global_rank, {"straight": straight.losses, "first": first.losses, "resumed": second.losses})
 
 
-def reload(args: argparse.Namespace) -> None:
-    """Fit from ``--ckpt`` (expected to fail) and validate from it (expected to work when --validate)."""
-    result: dict[str, Any] = {}
+def _try_fit(args: argparse.Namespace, hidden: int) -> str:
     try:
-        trainer(args, args.steps).fit(Net(args.hidden, lazy=args.lazy), loader(), ckpt_path=args.ckpt)
-        result["fit"] = "ok"
+        trainer(args, args.steps).fit(Net(hidden, lazy=args.lazy), loader(), ckpt_path=args.ckpt)
     except Exception as error:  # the test inspects the message
-        result["fit"] = f"{type(error).__name__}: {error}"
+        return f"{type(error).__name__}: {error}"
+    return "ok"
+
+
+def reload(args: argparse.Namespace) -> None:
+    """Fit from ``--ckpt`` with another model and with this one (both expected to fail when the
+    world differs); validate from it; convert it; optionally train in bf16."""
+    result: dict[str, Any] = {}
+    if args.other_hidden:
+        result["other"] = _try_fit(args, args.other_hidden)
+    result["fit"] = _try_fit(args, args.hidden)
+    convert_checkpoint(args.ckpt, os.path.join(args.out, "converted.ckpt"))
     if args.bf16_steps:
         model = Net(args.hidden, lazy=args.lazy)
         bf16 = argparse.Namespace(**{**vars(args), "precision": "bf16-mixed"})
@@ -202,6 +222,7 @@ def main() -> None:
     parser.add_argument("--ref-port", type=int, default=0)
     parser.add_argument("--ckpt")
     parser.add_argument("--validate", action="store_true")
+    parser.add_argument("--other-hidden", type=int, default=0, help="reload: first try a model of this width")
     parser.add_argument("--bf16-steps", type=int, default=0, help="reload: also fit this many steps in bf16-mixed")
     args = parser.parse_args()
     {"parity": parity, "resume": resume, "reload": reload}[args.mode](args)
