@@ -1,16 +1,18 @@
 """DDP on phalanx vs a hand-written torchrun DDP loop: step time and launch-to-first-step.
 
-Run:  python benchmarks/bench_ddp.py [--steps 80 --width 512 --devices 2 --repeat 3]
+Run:  python benchmarks/bench_ddp.py [--steps 60 --width 512 --devices 2 --repeat 3]
 
-Each case trains the same MLP on the same data with 2 CPU processes (gloo, OMP_NUM_THREADS=1):
+Everything trains the same MLP on the same data with 2 CPU processes (gloo, OMP_NUM_THREADS=1).
 
-- ``torchrun``: ``python -m torch.distributed.run`` + a plain DistributedDataParallel loop;
-- ``ddp``, ``ddp_spawn``, ``ddp_fork``: ``Trainer(strategy=...)`` launched as a plain script.
-
-Measured on every rank: the wall-clock time at which its first training step starts and the time
-of every step. Reported: launch-to-first-step (from starting the command to the *slowest* rank's
-first step: process creation, imports, rendezvous, model wrapping) and the median step time after
-a warm-up, each with its ratio to torchrun. Target (issue #4): step-time ratio <= 1.02.
+1. Step time. Under ``torchrun``, the same two worker processes alternate, ``--repeat`` times, a
+   block of steps of a plain DistributedDataParallel loop and a block of ``Trainer(strategy="ddp")``
+   (which reuses the loop's process group). Alternating in the same processes makes load from
+   other programs hit both alike. Reported: median step time of each and the ratio
+   (target, issue #4: <= 1.02).
+2. Launch-to-first-step: from starting the command to the *slowest* rank's first training step
+   (process creation, imports, rendezvous, wrapping), for ``torchrun`` + the plain loop and for a
+   plain ``python script.py`` with ``ddp``, ``ddp_spawn`` and ``ddp_fork``; median of
+   ``--repeat`` runs, ratio to torchrun.
 """
 
 from __future__ import annotations
@@ -42,10 +44,10 @@ class Bench(phalanx.Module):
         super().__init__()
         self.out = out
         self.net = _layers(width)
-        self.stamps: list[float] = []
+        self.stamps: list[tuple[float, float]] = []
 
     def training_step(self, batch: Any, batch_idx: int) -> Any:
-        self.stamps.append(time.time())
+        self.stamps.append(_now())
         x, y = batch
         return torch.nn.functional.mse_loss(self.net(x), y)
 
@@ -53,7 +55,8 @@ class Bench(phalanx.Module):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
     def on_train_end(self) -> None:
-        _write(self.out, self.trainer.global_rank, [*self.stamps, time.time()])
+        self.stamps.append(_now())
+        _write(self.out, self.trainer.global_rank, self.stamps)
 
 
 def _data(width: int, samples: int) -> Any:
@@ -70,37 +73,65 @@ def _layers(width: int) -> Any:
     return nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
 
 
-def _write(out: str, rank: int, stamps: list[float]) -> None:
+def _now() -> tuple[float, float]:
+    """Wall-clock time and this process's CPU time (all its threads, gloo's included)."""
+    return time.time(), time.process_time()
+
+
+def _write(out: str, rank: int, stamps: list[tuple[float, float]]) -> None:
     with open(os.path.join(out, f"rank{rank}.json"), "w") as fh:
         json.dump({"stamps": stamps}, fh)
 
 
-def run_plain(out: str, width: int, steps: int) -> None:
-    """The reference: what a user writes by hand for torchrun."""
-    import torch
+def _plain_steps(model: Any, width: int, steps: int) -> list[tuple[float, float]]:
+    """``steps`` steps of the hand-written loop on an existing DDP model; returns step start times."""
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data import DataLoader, DistributedSampler
 
-    dist.init_process_group("gloo")
-    torch.manual_seed(0)
-    model = DistributedDataParallel(_layers(width))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     dataset = _data(width, 64 * steps * dist.get_world_size())
     loader = DataLoader(dataset, batch_size=64, sampler=DistributedSampler(dataset, seed=0))
-    stamps = []
+    stamps: list[tuple[float, float]] = []
     for x, y in loader:
-        stamps.append(time.time())
+        stamps.append(_now())
         optimizer.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
         optimizer.step()
-    stamps.append(time.time())
-    _write(out, dist.get_rank(), stamps)
+    stamps.append(_now())
+    return stamps
+
+
+def run_plain(out: str, width: int, steps: int) -> None:
+    """The reference: what a user writes by hand for torchrun."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    _write(out, dist.get_rank(), _plain_steps(DistributedDataParallel(_layers(width)), width, steps))
     dist.destroy_process_group()
 
 
-def run_phalanx(out: str, width: int, steps: int, strategy: str, devices: int) -> None:
-    """The same training through phalanx's Trainer."""
+def run_interleaved(out: str, width: int, steps: int, repeat: int, devices: int) -> None:
+    """Alternate plain-loop and phalanx blocks in the same torchrun workers (same process group)."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    plain_model = DistributedDataParallel(_layers(width))
+    plain, ours = [], []
+    for _ in range(repeat):
+        plain.append(_plain_steps(plain_model, width, steps))
+        ours.append(run_phalanx(out, width, steps, "ddp", devices))
+    if dist.get_rank() == 0:
+        with open(os.path.join(out, "interleaved.json"), "w") as fh:
+            json.dump({"plain": plain, "phalanx": ours}, fh)
+    dist.destroy_process_group()
+
+
+def run_phalanx(out: str, width: int, steps: int, strategy: str, devices: int) -> list[tuple[float, float]]:
+    """The same training through phalanx's Trainer; returns this process's step start times."""
     from torch.utils.data import DataLoader
 
     torch.manual_seed(0)
@@ -113,26 +144,29 @@ def run_phalanx(out: str, width: int, steps: int, strategy: str, devices: int) -
         enable_checkpointing=False,
         enable_progress_bar=False,
     )
-    trainer.fit(Bench(out, width), DataLoader(_data(width, 64 * steps * devices), batch_size=64, shuffle=True))
+    module = Bench(out, width)
+    trainer.fit(module, DataLoader(_data(width, 64 * steps * devices), batch_size=64, shuffle=True))
+    return module.stamps
 
 
 # ---------------------------------------------------------------- the harness
-def _measure(case: str, args: argparse.Namespace) -> dict[str, float]:
+def _run(command: list[str]) -> None:
+    subprocess.run(command, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL)
+
+
+def _step_ms(blocks: list[list[list[float]]], clock: int = 0) -> float:
+    """Median step time over blocks (``clock`` 0: wall, 1: CPU), skipping each block's warm-up."""
+    deltas = [b[clock] - a[clock] for stamps in blocks for a, b in zip(stamps[_WARMUP:], stamps[_WARMUP + 1 :])]
+    return 1000 * statistics.median(deltas)
+
+
+def _launch_seconds(case: str, args: argparse.Namespace) -> float:
+    me = os.path.abspath(__file__)
     with tempfile.TemporaryDirectory() as out:
-        me = os.path.abspath(__file__)
-        common = ["--out", out, "--width", str(args.width), "--steps", str(args.steps)]
+        common = ["--out", out, "--width", str(args.width), "--steps", "3"]
         if case == "torchrun":
-            command = [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--standalone",
-                f"--nproc-per-node={args.devices}",
-                me,
-                "--role",
-                "plain",
-                *common,
-            ]
+            launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.devices}"]
+            command = [*launch, me, "--role", "plain", *common]
         else:
             command = [
                 sys.executable,
@@ -145,23 +179,21 @@ def _measure(case: str, args: argparse.Namespace) -> dict[str, float]:
                 str(args.devices),
                 *common,
             ]
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
         started = time.time()
-        subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
-        ranks = [json.loads(Path(out, f"rank{r}.json").read_text())["stamps"] for r in range(args.devices)]
-    first = max(stamps[0] for stamps in ranks)
-    steps = [b - a for stamps in ranks for a, b in zip(stamps[_WARMUP:], stamps[_WARMUP + 1 :])]
-    return {"launch_s": first - started, "step_ms": 1000 * statistics.median(steps)}
+        _run(command)
+        firsts = [json.loads(Path(out, f"rank{r}.json").read_text())["stamps"][0][0] for r in range(args.devices)]
+    return max(firsts) - started
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=80)
+    parser.add_argument("--steps", type=int, default=60, help="steps per block in the step-time part")
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--devices", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=3, help="runs per case (medians are reported)")
+    parser.add_argument("--repeat", type=int, default=3, help="blocks / launches per case (medians are reported)")
     parser.add_argument("--cases", nargs="+", default=list(_CASES), choices=_CASES)
-    parser.add_argument("--role", choices=("plain", "phalanx"), help=argparse.SUPPRESS)
+    parser.add_argument("--parts", nargs="+", default=["steps", "launch"], choices=("steps", "launch"))
+    parser.add_argument("--role", choices=("plain", "phalanx", "interleaved"), help=argparse.SUPPRESS)
     parser.add_argument("--strategy", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -171,22 +203,53 @@ def main() -> None:
     if args.role == "phalanx":
         run_phalanx(args.out, args.width, args.steps, args.strategy, args.devices)
         return
-    # Interleave the cases and keep each one's median, so that load from other programs on the
-    # machine hits every case alike.
-    runs: dict[str, list[dict[str, float]]] = {case: [] for case in args.cases}
-    for _ in range(args.repeat):
+    if args.role == "interleaved":
+        run_interleaved(args.out, args.width, args.steps, args.repeat, args.devices)
+        return
+    print(f"{args.devices} CPU processes, gloo, OMP_NUM_THREADS=1, MLP width {args.width}, batch 64")
+    if "steps" in args.parts:
+        _report_steps(args)
+    if "launch" in args.parts:
+        _report_launches(args)
+
+
+def _report_steps(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as out:
+        launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.devices}"]
+        common = ["--width", str(args.width), "--steps", str(args.steps), "--repeat", str(args.repeat)]
+        _run(
+            [
+                *launch,
+                os.path.abspath(__file__),
+                "--role",
+                "interleaved",
+                "--out",
+                out,
+                "--devices",
+                str(args.devices),
+                *common,
+            ]
+        )
+        blocks = json.loads(Path(out, "interleaved.json").read_text())
+    print(f"\nstep time, {args.repeat} alternating blocks of {args.steps} steps in the same torchrun workers")
+    for clock, name in ((0, "wall-clock"), (1, "CPU time ")):
+        plain, ours = _step_ms(blocks["plain"], clock), _step_ms(blocks["phalanx"], clock)
+        print(f"  {name}  plain DDP loop {plain:7.2f} ms   phalanx ddp {ours:7.2f} ms   ratio {ours / plain:.3f}x")
+    pairs = [f"{_step_ms([o]) / _step_ms([p]):.2f}" for p, o in zip(blocks["plain"], blocks["phalanx"])]
+    print(f"  wall-clock ratio per block pair (spread = noise from other load): {', '.join(pairs)}")
+
+
+def _report_launches(args: argparse.Namespace) -> None:
+    launches: dict[str, list[float]] = {case: [] for case in args.cases}
+    for _ in range(args.repeat):  # interleaved, so machine load hits every case alike
         for case in args.cases:
-            runs[case].append(_measure(case, args))
-    results = {case: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for case, rs in runs.items()}
-    base = results.get("torchrun")
-    print(
-        f"{args.devices} CPU processes, gloo, MLP width {args.width}, {args.steps} steps of batch 64, median of {args.repeat}"
-    )
-    print(f"{'launch':<10} {'launch-to-first-step s':>23} {'vs torchrun':>12} {'step ms':>9} {'vs torchrun':>12}")
-    for case, r in results.items():
-        launch_ratio = f"{r['launch_s'] / base['launch_s']:.2f}x" if base else "-"
-        step_ratio = f"{r['step_ms'] / base['step_ms']:.3f}x" if base else "-"
-        print(f"{case:<10} {r['launch_s']:>23.2f} {launch_ratio:>12} {r['step_ms']:>9.2f} {step_ratio:>12}")
+            launches[case].append(_launch_seconds(case, args))
+    medians = {case: statistics.median(times) for case, times in launches.items()}
+    base = medians.get("torchrun")
+    print(f"\nlaunch-to-first-step (command start -> slowest rank's first step), median of {args.repeat}")
+    for case, seconds in medians.items():
+        ratio = f"{seconds / base:.2f}x torchrun" if base else ""
+        print(f"  {case:<10} {seconds:8.2f} s   {ratio}")
 
 
 if __name__ == "__main__":

@@ -35,7 +35,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data", type=Path, default=DATA, help="a UTF-8 text file")
     parser.add_argument("--root-dir", default=".", help="where phalanx_logs/ is written")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per process (a tiny model runs fastest on one)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads per process (a tiny model runs fastest on one)"
+    )
     parser.add_argument("--no-progress-bar", action="store_true")
     return parser.parse_args(argv)
 

@@ -248,6 +248,8 @@ class Registry:
         choices = sorted(self._entries)
         parts = [f"Unknown {self.kind} {name!r}."]
         distribution = providing_distribution(name) if isinstance(name, str) else None
+        if distribution is not None and _metadata.version(distribution) is not None:
+            distribution = None  # installed: the name is a typo of one of its names, not a missing package
         if distribution is not None:
             parts.append(f"{name!r} is provided by {distribution}, which is not installed; fix: {install_hint(distribution)}.")
         else:

@@ -1,8 +1,9 @@
 """Checkpoints: exact resume, another model, another world size, evaluation of a sharded checkpoint.
 
 One 2-rank run (ZeRO-3 with CPU offload of parameters and optimizer, layers built in
-configure_model) trains 6 steps straight, then 3 steps + save + resume to 6 in a new Trainer: the
-resumed losses must equal the straight run's bit for bit. A 1-process run then tries that
+configure_model) trains 6 steps straight, then 3 steps saved by ModelCheckpoint, resumed with
+``ckpt_path="last"`` to 6 in a new Trainer: the resumed losses must equal the straight run's bit
+for bit. A 1-process run then tries that
 checkpoint with another model and with another world size (both refused, with a message naming
 the fix), validates from it (consolidated on the fly) and trains a few steps in bf16 on CPU.
 """
@@ -34,11 +35,13 @@ def test_resume_is_exact(resumed: tuple[Path, dict[int, dict[str, Any]]]) -> Non
     for result in ranks.values():
         assert result["first"] == result["straight"][:3]
         assert result["resumed"] == result["straight"][3:], "resumed losses differ from the uninterrupted run"
-    layout = sorted(p.name for p in (out / "half.ckpt").iterdir())
+    saved = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert saved == ["epoch=0-step=3.ckpt", "last.ckpt"], saved
+    layout = sorted(p.name for p in (out / "checkpoints" / "last.ckpt").iterdir())
     assert {"latest", "phalanx_deepspeed.json", "trainer_state.pt", "checkpoint"} <= set(layout)
-    shards = sorted(p.name for p in (out / "half.ckpt" / "checkpoint").glob("*optim_states.pt"))
+    shards = sorted(p.name for p in (out / "checkpoints" / "last.ckpt" / "checkpoint").glob("*optim_states.pt"))
     assert len(shards) == 2, shards
-    state = torch.load(out / "half.ckpt" / "trainer_state.pt", weights_only=True)
+    state = torch.load(out / "checkpoints" / "last.ckpt" / "trainer_state.pt", weights_only=True)
     assert state["global_step"] == 3 and "state_dict" not in state and "optimizer_states" not in state
 
 
@@ -64,7 +67,7 @@ def _reference_losses(steps: int) -> list[float]:
 
 def test_wrong_model_wrong_world_evaluation_and_bf16(resumed: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path) -> None:
     out, _ = resumed
-    ckpt = str(out / "half.ckpt")
+    ckpt = str(out / "checkpoints" / "last.ckpt")
     common = ["--strategy", "deepspeed_stage_3", "--lazy", "--devices", "1", "--ckpt", ckpt]
 
     same = run_script(tmp_path / "reload", "reload", *common, "--other-hidden", "16", "--validate", "--bf16-steps", "4")[0]

@@ -229,7 +229,7 @@ class FitLoop:
     def _run_batch(self, batch: Any, batch_idx: int, is_last: bool) -> bool:
         """Train on one batch; True when ``on_train_batch_start`` returned -1 (end the epoch)."""
         trainer = self.trainer
-        strategy = trainer.strategy
+        strategy = trainer._strategy
         connector = trainer._logger_connector
         module = trainer._module
         batch = strategy.batch_to_device(batch)
@@ -306,7 +306,7 @@ class FitLoop:
 
     def _step_schedulers(self, interval: str) -> None:
         trainer = self.trainer
-        configs = trainer.strategy.lr_scheduler_configs
+        configs = trainer._strategy.lr_scheduler_configs
         if not configs or not trainer._module.automatic_optimization:
             return
         for config in configs:

@@ -36,7 +36,7 @@ class StepOptimizer:
         trainer = self._trainer
         if closure is None:
             closure = _noop
-        result = trainer.strategy.optimizer_step(self.optimizer, closure, trainer._module, **kwargs)
+        result = trainer._strategy.optimizer_step(self.optimizer, closure, trainer._module, **kwargs)
         if not trainer._module.automatic_optimization:
             trainer.fit_loop.global_step += 1
         return result
@@ -57,7 +57,7 @@ def _noop() -> None:
 
 
 def _loss_of(output: Any) -> torch.Tensor | None:
-    if output is None or isinstance(output, torch.Tensor):
+    if output is None or type(output) is torch.Tensor or isinstance(output, torch.Tensor):
         return output
     if isinstance(output, Mapping):
         if "loss" not in output:
@@ -77,7 +77,7 @@ def _loss_of(output: Any) -> torch.Tensor | None:
 def _detached_outputs(output: Any, loss: torch.Tensor | None) -> Any:
     if loss is None:
         return output
-    if isinstance(output, torch.Tensor):
+    if output is loss:
         return {"loss": loss.detach()}
     return {**output, "loss": loss.detach()}
 
@@ -102,7 +102,7 @@ class TrainingStep:
     def __call__(self) -> torch.Tensor | None:
         trainer = self._trainer
         module = trainer._module
-        strategy = trainer.strategy
+        strategy = trainer._strategy
         trainer._current_fx = "training_step"
         output = strategy.training_step(self.batch, self.batch_idx)
         loss = _loss_of(output)
@@ -110,7 +110,7 @@ class TrainingStep:
         self.ran = True
         if self.zero_grad:
             trainer._call_hooks("on_before_zero_grad", self.optimizer)
-            module.optimizer_zero_grad(trainer.current_epoch, self.batch_idx, self.optimizer)
+            module.optimizer_zero_grad(trainer.fit_loop.epoch, self.batch_idx, self.optimizer)
         if loss is None:
             return None
         if self.divisor > 1:
@@ -130,7 +130,7 @@ def run_automatic(trainer: Trainer, batch: Any, batch_idx: int, *, step_now: boo
         batch_idx: Index of the batch in the epoch.
         step_now: Whether this batch closes an accumulation window (the optimizer steps).
     """
-    strategy = trainer.strategy
+    strategy = trainer._strategy
     accumulate = trainer.accumulate_grad_batches
     handles = strategy.handles_gradient_accumulation
     closure = TrainingStep(
@@ -143,7 +143,7 @@ def run_automatic(trainer: Trainer, batch: Any, batch_idx: int, *, step_now: boo
     )
     if step_now or handles:
         trainer._current_fx = "optimizer_step"
-        trainer._module.optimizer_step(trainer.current_epoch, batch_idx, trainer._wrapped_optimizers[0], closure)
+        trainer._module.optimizer_step(trainer.fit_loop.epoch, batch_idx, trainer._wrapped_optimizers[0], closure)
         if not closure.ran:
             msg = (
                 "Module.optimizer_step was overridden without running the closure; call "

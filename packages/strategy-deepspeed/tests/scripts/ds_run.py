@@ -3,7 +3,8 @@
 Modes:
     parity   Train with DeepSpeed, save a checkpoint, then train the same model with a plain
              torch DistributedDataParallel loop in the same processes; write both loss curves.
-    resume   Train N steps straight; train N/2, save, resume to N in a new Trainer; write both.
+    resume   Train N steps straight; train N/2 with ModelCheckpoint, resume from "last" to N in a new
+             Trainer; write both loss curves.
     reload   Try to resume / evaluate a checkpoint given on the command line and report what
              happened (wrong-model and wrong-world-size checks); optionally train in bf16.
 
@@ -26,6 +27,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from phalanx import Module, Trainer
+from phalanx.callbacks import ModelCheckpoint
 from phalanx.plugins import convert_checkpoint
 
 LR = 0.05
@@ -95,17 +97,18 @@ def loader() -> DataLoader:
     return DataLoader(dataset(), batch_size=BATCH, shuffle=False)
 
 
-def trainer(args: argparse.Namespace, steps: int, devices: int | None = None) -> Trainer:
+def trainer(args: argparse.Namespace, steps: int, callbacks: list[Any] | None = None) -> Trainer:
     return Trainer(
+        callbacks=callbacks,
         accelerator="cpu",
-        devices=devices or args.devices,
+        devices=args.devices,
         strategy=args.strategy,
         precision=args.precision,
         max_steps=steps,
         accumulate_grad_batches=args.accumulate,
         gradient_clip_val=args.clip or None,
         logger=False,
-        enable_checkpointing=False,
+        enable_checkpointing=bool(callbacks),
         enable_progress_bar=False,
         default_root_dir=args.out,
     )
@@ -170,12 +173,12 @@ def resume(args: argparse.Namespace) -> None:
     straight = Net(args.hidden, lazy=args.lazy)
     trainer(args, args.steps).fit(straight, loader())
     first = Net(args.hidden, lazy=args.lazy)
-    path = os.path.join(args.out, "half.ckpt")
-    first.save_to = path
-    trainer(args, args.steps // 2).fit(first, loader())
+    # The usual path: ModelCheckpoint writes checkpoint directories, fit(ckpt_path="last") finds one.
+    saver = ModelCheckpoint(dirpath=os.path.join(args.out, "checkpoints"), save_last=True, every_n_train_steps=args.steps // 2)
+    trainer(args, args.steps // 2, callbacks=[saver]).fit(first, loader())
     second = Net(args.hidden, lazy=args.lazy)
     resumed = trainer(args, args.steps)
-    resumed.fit(second, loader(), ckpt_path=path)
+    resumed.fit(second, loader(), ckpt_path="last")
     write(args, resumed.global_rank, {"straight": straight.losses, "first": first.losses, "resumed": second.losses})
 
 
