@@ -96,11 +96,10 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def demo(session: nox.Session) -> None:
-    """Install the core and the ddp plugin, list strategies, train the demo model."""
+    """Install the core with the ddp and fsdp plugins, list strategies, train the demo model."""
     _install_torch(session)
     session.install("./core")
-    if "strategy-ddp" in PACKAGES:
-        _install_package(session, "strategy-ddp")
+    for name in ("strategy-ddp", "strategy-fsdp"):
+        _install_package(session, name)
     session.run("phalanx", "strategies")
-    if (ROOT / "examples" / "demo.py").exists():
-        session.run("python", "examples/demo.py", *session.posargs)
+    session.run("python", "examples/demo.py", *session.posargs)

@@ -125,4 +125,10 @@ def test_worker_strategies_match_plain_loop_and_bring_results_home(
     main = load_json(runs[strategy] / "main.json")
     assert main["launcher"] == "MultiProcessingLauncher"
     _assert_same(_weights(main), reference)  # the weights the main process got back
-    assert "train_loss" in main["callback_metrics"]  # beyond Lightning: metrics come back too
+    # Beyond Lightning: metrics and the checkpoint callback's paths come back too.
+    assert "train_loss" in main["callback_metrics"]
+    best = Path(main["best_model_path"])
+    assert best.is_file() and runs[strategy] in best.parents
+    if strategy == "ddp_fork":  # validate's return value came back from rank 0
+        ddp = load_json(runs["ddp"] / "rank0.json")
+        assert main["validate"][0]["val_loss"] == pytest.approx(ddp["validate"][0]["val_loss"], abs=1e-6)

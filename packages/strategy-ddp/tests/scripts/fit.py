@@ -23,13 +23,18 @@ if __name__ == "__main__":
     num_nodes = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     torch.manual_seed(0)
     model = PhalanxNet()
-    trainer = phalanx.Trainer(**trainer_kwargs(devices=devices, num_nodes=num_nodes, strategy=strategy))
+    workers = strategy.startswith(("ddp_spawn", "ddp_fork"))
+    # With worker processes, the checkpoint callback's paths must come back to this process too.
+    trainer = phalanx.Trainer(
+        **trainer_kwargs(devices=devices, num_nodes=num_nodes, strategy=strategy, enable_checkpointing=workers, default_root_dir=out)
+    )
     started = time.time()
     trainer.fit(model, loader())
     fit_seconds = time.time() - started
     # A second entry point in the same processes (skipped for spawn: it would spawn anew).
     metrics = None if strategy.startswith("ddp_spawn") else trainer.validate(model, loader(), verbose=False)
-    name = "main" if strategy.startswith(("ddp_spawn", "ddp_fork")) else f"rank{trainer.global_rank}"
+    name = "main" if workers else f"rank{trainer.global_rank}"
+    checkpoint = trainer.checkpoint_callback
     write_json(
         os.path.join(out, f"{name}.json"),
         {
@@ -42,5 +47,7 @@ if __name__ == "__main__":
             "callback_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
             "validate": metrics,
             "fit_seconds": fit_seconds,
+            "best_model_path": getattr(checkpoint, "best_model_path", None),
+            "last_model_path": getattr(checkpoint, "last_model_path", None),
         },
     )
