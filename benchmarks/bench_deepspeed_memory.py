@@ -23,7 +23,9 @@ import gc
 import json
 import os
 import sys
+import time
 import warnings
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -145,7 +147,9 @@ def run_deepspeed(args: argparse.Namespace) -> tuple[Probe, int, int]:
 
 
 def run_ddp(args: argparse.Namespace, rank: int) -> Probe:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{os.environ['BENCH_REF_PORT']}", rank=rank, world_size=2)
+    # An explicit store served by rank 0, kept until every rank has destroyed its group.
+    store = dist.TCPStore("127.0.0.1", int(os.environ["BENCH_REF_PORT"]), 2, is_master=rank == 0, timeout=timedelta(seconds=300))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
     try:
         probe = Probe()
         net = build(args.layers, args.width)
@@ -163,9 +167,13 @@ def run_ddp(args: argparse.Namespace, rank: int) -> Probe:
             optimizer.step()
             optimizer.zero_grad(set_to_none=False)
             probe.sample(where="step")
+        dist.barrier()
         return probe
     finally:
         dist.destroy_process_group()
+        store.add("destroyed", 1)
+        while rank == 0 and store.add("destroyed", 0) < 2:
+            time.sleep(0.05)
 
 
 def main() -> None:

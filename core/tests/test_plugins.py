@@ -132,7 +132,7 @@ def test_plugin_answer_wins_over_builtin_auto_choice(site_packages: SitePackages
     source = """
 from phalanx import hookimpl
 
-@hookimpl
+@hookimpl(tryfirst=True)  # ahead of any other installed plugin, e.g. phalanx-strategy-ddp
 def phalanx_select_strategy(accelerator, num_devices, num_nodes, interactive):
     return "vendor_auto" if accelerator == "cpu" and num_devices == 4 else None
 """

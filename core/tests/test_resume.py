@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import phalanx
 from phalanx.callbacks.callback import Callback
 from phalanx.callbacks.model_checkpoint import ModelCheckpoint
 from phalanx.errors import CheckpointError, MisconfigurationError
+from phalanx.strategies.single_device import SingleDeviceStrategy
 from phalanx.trainer.trainer import Trainer
 
 
@@ -247,3 +249,55 @@ def test_resume_restores_accumulated_gradients_and_scaler(tmp_path: Path) -> Non
         resumed, loader(), ckpt_path=path
     )
     assert all(torch.equal(a, b) for a, b in zip(reference.parameters(), resumed.parameters()))
+
+
+class _DeferredStrategy(SingleDeviceStrategy):
+    """Stores weights and optimizer state under its own keys and restores them after setup (like FSDP)."""
+
+    @property
+    def restore_checkpoint_after_setup(self) -> bool:
+        return True
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
+        own = dict(checkpoint)
+        own["weights"], own["optim"] = own.pop("state_dict"), own.pop("optimizer_states")
+        super().save_checkpoint(own, filepath, storage_options)
+
+    def load_model_state_dict(self, checkpoint: Any, strict: bool = True) -> None:
+        assert self.optimizers, "restored before setup"
+        super().load_model_state_dict({"state_dict": checkpoint["weights"]}, strict=strict)
+
+    def load_optimizer_state_dict(self, checkpoint: Any) -> None:
+        super().load_optimizer_state_dict({"optimizer_states": checkpoint["optim"]})
+
+
+def test_strategy_restoring_after_setup_needs_no_state_dict_before_setup(tmp_path: Path) -> None:
+    ref_model, reference = _reference()
+    path = tmp_path / "crash.ckpt"
+    model = _model(0)
+    torch.manual_seed(123)
+    with pytest.raises(_Crash):
+        _run(model, callbacks=[CrashAt(1, 4, path)], strategy=_DeferredStrategy())
+    assert "state_dict" not in torch.load(path, weights_only=True)
+    torch.manual_seed(999)
+    resumed, model = LossRecorder(), _model(1)
+    _run(model, callbacks=[resumed], ckpt_path=path, strategy=_DeferredStrategy())
+    _assert_same_tail(reference, resumed, ref_model, model)
+
+
+def test_epoch_end_checkpoint_resumes_at_another_world_size_without_warning(tmp_path: Path) -> None:
+    checkpoint = ModelCheckpoint(tmp_path, every_n_epochs=1, save_on_train_epoch_end=True, save_top_k=-1)
+    _run(_model(0), callbacks=[checkpoint], max_epochs=1, enable_checkpointing=True)
+    saved = torch.load(checkpoint.last_model_path or next(tmp_path.glob("*.ckpt")), weights_only=True)
+    assert saved["loops"]["fit"]["phase"] == "epoch_end"
+    assert saved["loops"]["fit"]["batches_done"] == 10
+    saved["world_size"] = 2  # as if written by a 2-process run
+    torch.save(saved, tmp_path / "two_ranks.ckpt")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*mid-epoch.*")
+        trainer = _run(_model(1), callbacks=[], max_epochs=2, ckpt_path=tmp_path / "two_ranks.ckpt")
+    assert trainer.current_epoch == 2
+    saved["loops"]["fit"].update(phase="train", batches_done=4)  # genuinely mid-epoch: still warned
+    torch.save(saved, tmp_path / "mid.ckpt")
+    with pytest.warns(UserWarning, match="mid-epoch"):
+        _run(_model(1), callbacks=[], max_epochs=2, ckpt_path=tmp_path / "mid.ckpt")

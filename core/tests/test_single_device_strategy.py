@@ -319,3 +319,21 @@ def test_cuda_16_mixed_trains_on_the_gpu_and_teardown_returns_to_cpu() -> None:
     assert strategy.precision_plugin.state_dict()["scale"] > 0
     strategy.teardown()
     assert next(module.parameters()).device.type == "cpu"
+
+
+@pytest.mark.parametrize("offload", [True, False])
+def test_teardown_moves_the_module_to_cpu_only_when_asked(monkeypatch: pytest.MonkeyPatch, offload: bool) -> None:
+    class Sharded(SingleDeviceStrategy):
+        @property
+        def offload_module_on_teardown(self) -> bool:
+            return offload
+
+    assert SingleDeviceStrategy().offload_module_on_teardown is True
+    strategy = Sharded()
+    module = nn.Linear(2, 2)
+    moved: list[bool] = []
+    monkeypatch.setattr(module, "cpu", lambda: moved.append(True) or module)
+    monkeypatch.setattr(strategy, "_has_non_cpu_device", lambda: True)  # as if on an accelerator
+    strategy.connect(module)
+    strategy.teardown()
+    assert moved == ([True] if offload else [])

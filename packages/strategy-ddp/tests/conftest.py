@@ -13,6 +13,9 @@ import pytest
 
 from phalanx.testing.processes import kill_marked, wait_for_exit
 
+#: Set by others: pytest's bookkeeping, and torch when it first imports inductor.
+_NOT_OURS = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"}
+
 
 @pytest.fixture(autouse=True)
 def _leaves_nothing_behind() -> Iterator[None]:
@@ -22,6 +25,6 @@ def _leaves_nothing_behind() -> Iterator[None]:
     if leftovers:
         kill_marked()
     changed = {k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}
-    changed.discard("PYTEST_CURRENT_TEST")  # pytest's own bookkeeping
+    changed -= _NOT_OURS
     assert not leftovers, f"processes left behind: {leftovers}"
     assert not changed, f"environment variables changed: {sorted(changed)}"

@@ -40,7 +40,16 @@ _START = {"ddp": "popen", "ddp_spawn": "spawn", "ddp_fork": "fork", "ddp_noteboo
 
 @pytest.fixture(autouse=True)
 def _no_launch_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK", "LOCAL_RANK", "GROUP_RANK", "RANK"):
+    for key in (
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "WORLD_SIZE",
+        "NODE_RANK",
+        "LOCAL_RANK",
+        "GROUP_RANK",
+        "RANK",
+        "TORCHELASTIC_RUN_ID",
+    ):
         monkeypatch.delenv(key, raising=False)
 
 
@@ -156,9 +165,17 @@ def test_launcher_follows_the_start_method() -> None:
     assert strategy.launcher is not first and strategy.launcher.num_nodes == 2
 
 
-def test_under_torchrun_nothing_is_spawned() -> None:
-    strategy = DDPStrategy(parallel_devices=_CPU2, cluster_environment=TorchElasticEnvironment(), start_method="spawn")
+def test_under_torchrun_nothing_is_spawned(monkeypatch: pytest.MonkeyPatch) -> None:
+    torchrun = {"RANK": "1", "GROUP_RANK": "0", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2"}
+    for key, value in {**torchrun, "TORCHELASTIC_RUN_ID": "x"}.items():
+        monkeypatch.setenv(key, value)
+    strategy = DDPStrategy(parallel_devices=_CPU2, start_method="spawn")
+    assert isinstance(strategy.cluster_environment, TorchElasticEnvironment)  # detected
     assert isinstance(strategy.launcher, SubprocessScriptLauncher)  # runs the stage, starts nothing
+    assert (strategy.global_rank, strategy.world_size, strategy.local_rank) == (1, 2, 1)
+    strategy.num_nodes = 2  # 2 devices x 2 nodes != the 2 processes torchrun started
+    with pytest.raises(MisconfigurationError, match=r"asks for 4 processes, but torchrun started WORLD_SIZE=2"):
+        _ = strategy.launcher
 
 
 def test_strategy_pickles_for_spawn() -> None:

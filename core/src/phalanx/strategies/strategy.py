@@ -162,6 +162,12 @@ class Strategy(StrategyCollectives, StrategyCheckpointing, StrategyHooks, ABC):
         return False
 
     @property
+    def offload_module_on_teardown(self) -> bool:
+        """Whether :meth:`teardown` moves the Module to CPU (sharded strategies return False: their
+        shards live on devices the strategy manages, and gathering them to CPU would be costly)."""
+        return True
+
+    @property
     def restore_optimizer(self) -> bool:
         """Whether the Trainer restores optimizer/scheduler state (False: the strategy does it)."""
         return True
@@ -366,12 +372,13 @@ class Strategy(StrategyCollectives, StrategyCheckpointing, StrategyHooks, ABC):
     def teardown(self) -> None:
         """Release everything: optimizer state and the Module go back to CPU, parts are torn down.
 
-        The CheckpointIO is torn down last so that a failed background save surfaces after every
-        other resource has been released.
+        The Module is moved only when :attr:`offload_module_on_teardown` is True (the default), so
+        a sharded strategy can leave its parameters where they are. The CheckpointIO is torn down
+        last so that a failed background save surfaces after every other resource has been released.
         """
         optimizers_to_device(self.optimizers, torch.device("cpu"))
         module = self._module
-        if module is not None and self._has_non_cpu_device():
+        if module is not None and self.offload_module_on_teardown and self._has_non_cpu_device():
             module.cpu()
         self.precision_plugin.teardown()
         if self._accelerator is not None:

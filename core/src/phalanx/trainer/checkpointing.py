@@ -187,14 +187,21 @@ def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, fn: str) -> str | None:
 def load_checkpoint(trainer: Trainer, path: str, *, fn: str) -> dict[str, Any]:
     """Read and sanity-check a checkpoint (every rank reads).
 
+    A strategy that restores after setup (``restore_checkpoint_after_setup``, e.g. sharded FSDP)
+    loads ``"state_dict"`` and ``"optimizer_states"`` itself once the model is sharded, so their
+    absence here is not an error; the loop state (``"loops"``) is still required to resume.
+
     Raises:
         CheckpointError: Unreadable, not a phalanx checkpoint, weights-only when resuming, or newer.
     """
-    checkpoint = trainer.strategy.load_checkpoint(path)
-    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+    strategy = trainer.strategy
+    deferred = strategy.restore_checkpoint_after_setup
+    checkpoint = strategy.load_checkpoint(path)
+    marker = "format_version" if deferred else "state_dict"
+    if not isinstance(checkpoint, dict) or (marker not in checkpoint and "state_dict" not in checkpoint):
         keys = sorted(checkpoint)[:8] if isinstance(checkpoint, dict) else type(checkpoint).__name__
         msg = (
-            f"{path!r} is not a phalanx checkpoint (found {keys}, no 'state_dict'). A bare state dict can be "
+            f"{path!r} is not a phalanx checkpoint (found {keys}, no {marker!r}). A bare state dict can be "
             "loaded with module.load_state_dict(torch.load(path)); or pick a file saved by the Trainer."
         )
         raise CheckpointError(msg)
@@ -205,7 +212,7 @@ def load_checkpoint(trainer: Trainer, path: str, *, fn: str) -> dict[str, Any]:
             "Upgrade phalanx-core."
         )
         raise CheckpointError(msg)
-    if fn == "fit" and ("loops" not in checkpoint or "optimizer_states" not in checkpoint):
+    if fn == "fit" and ("loops" not in checkpoint or ("optimizer_states" not in checkpoint and not deferred)):
         msg = (
             f"{path!r} holds weights only (no optimizer state or loop position), so training cannot resume "
             "from it. Load the weights with module.load_state_dict(torch.load(path)['state_dict']) and call "
@@ -288,7 +295,12 @@ def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], path: s
                 param.grad = grads[name].to(device=param.device, dtype=param.dtype)
     saved_world = checkpoint.get("world_size", trainer.world_size)
     loop_state = checkpoint["loops"]["fit"]
-    if saved_world != trainer.world_size and loop_state.get("batches_done", 0) > 0:
+    # a checkpoint from on_train_epoch_end ("epoch_end") has consumed its whole epoch: nothing to re-shard
+    if (
+        saved_world != trainer.world_size
+        and loop_state.get("batches_done", 0) > 0
+        and loop_state.get("phase") != "epoch_end"
+    ):
         warnings.warn(
             f"{path!r} was saved mid-epoch with world_size={saved_world}, now {trainer.world_size}: each rank skips "
             f"{loop_state['batches_done']} batches of its new shard, so the rest of this epoch sees different data "

@@ -148,12 +148,17 @@ class DDPStrategy(ParallelStrategy):
     def _configure_launcher(self) -> None:
         """popen -> re-run the script; spawn/fork -> torch.multiprocessing.
 
+        Also the earliest point where devices, nodes and the cluster environment are all known, so
+        a mismatch with torchrun's or SLURM's allocation fails here, before anything is launched.
+
         When something else already started the processes (torchrun, srun, a re-run child), the
         script launcher is used whatever the start method: it then starts nothing and only runs the
         stage, so ``ddp_spawn`` under torchrun does not spawn a second set of workers.
         """
         self._check_sync_batchnorm()
         env = self.cluster_environment
+        if self.num_processes:  # a scheduler's allocation must match devices x num_nodes
+            env.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
         if self._start_method == "popen" or env.creates_processes_externally:
             self._launcher = SubprocessScriptLauncher(env, self.num_processes, self.num_nodes)
         else:

@@ -17,7 +17,9 @@ import argparse
 import json
 import os
 import sys
+import time
 from contextlib import nullcontext
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -117,7 +119,10 @@ def trainer(args: argparse.Namespace, steps: int, callbacks: list[Any] | None = 
 def reference(args: argparse.Namespace) -> list[float]:
     """The same run as plain torch: DDP over gloo, DistributedSampler, no_sync accumulation."""
     rank, world = int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.ref_port}", rank=rank, world_size=world)
+    # An explicit store served by rank 0 (a tcp:// URL would, under torchrun, look for torchrun's
+    # agent store instead), kept until every rank has destroyed its group.
+    store = dist.TCPStore("127.0.0.1", args.ref_port, world, is_master=rank == 0, timeout=timedelta(seconds=120))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
     try:
         model = build_layers(args.hidden)
         ddp = nn.parallel.DistributedDataParallel(model)
@@ -147,9 +152,13 @@ def reference(args: argparse.Namespace) -> list[float]:
             epoch += 1
         if rank == 0:
             torch.save(model.state_dict(), os.path.join(args.out, "ref_weights.pt"))
+        dist.barrier()
         return losses
     finally:
         dist.destroy_process_group()
+        store.add("destroyed", 1)
+        while rank == 0 and store.add("destroyed", 0) < world:
+            time.sleep(0.05)
 
 
 def write(args: argparse.Namespace, rank: int, result: dict[str, Any]) -> None:
