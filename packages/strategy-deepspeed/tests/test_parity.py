@@ -72,6 +72,18 @@ def test_losses_and_converted_weights_match_ddp(
         torch.testing.assert_close(got, value, atol=tolerance, rtol=0, msg=lambda m, k=key: f"{k}: {m}")
 
     # The portable file holds plain module.state_dict() keys: it loads into the model as is.
-    from ds_run import Net
+    from ds_run import Net, dataset
 
     Net(32).load_state_dict(converted)
+
+    # After fit the Module itself holds the trained weights (ZeRO-3 gathers them at teardown), and
+    # validating it afterwards (a new engine, a new process group) sees exactly those weights.
+    module_weights = torch.load(tmp_path / "run" / "module_weights.pt", weights_only=True)
+    for key, value in reference.items():
+        torch.testing.assert_close(module_weights[f"layers.{key}"], value, atol=tolerance, rtol=0)
+    model = Net(32)
+    model.load_state_dict(module_weights)
+    x, y = dataset().tensors
+    with torch.no_grad():
+        expected = float(torch.nn.functional.mse_loss(model(x), y))
+    assert all(abs(result["val_loss"] - expected) < 1e-5 for result in ranks.values()), (ranks[0]["val_loss"], expected)

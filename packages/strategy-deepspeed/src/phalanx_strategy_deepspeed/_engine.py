@@ -71,3 +71,47 @@ def adopt_scheduler(engine: Any, ds_scheduler: Any, schedulers: list[LRScheduler
         return [LRSchedulerConfig(ds_scheduler, interval="step")]
     schedulers[0].scheduler = ds_scheduler
     return schedulers
+
+
+def release_engine(engine: Any, module: nn.Module, *, gather: bool) -> None:
+    """Detach ``module`` from a ZeRO-3 engine at teardown, with its full weights back when ``gather``.
+
+    Under stage 3 the Module's parameters are empty shells whose data lives in per-rank partitions
+    tied to this run's process group, which teardown destroys. Gathering (one submodule at a time,
+    a collective) and replacing each parameter by a plain one gives the Module its trained weights,
+    as after any other strategy; the engine's hooks are removed so the Module runs on its own.
+    """
+    if gather:
+        from phalanx_strategy_deepspeed._env import import_deepspeed
+
+        deepspeed = import_deepspeed()
+        for sub in module.modules():
+            params = list(sub.named_parameters(recurse=False))
+            if not params:
+                continue
+            with deepspeed.zero.GatheredParameters([p for _, p in params], modifier_rank=None):
+                full = {name: p.data.detach().clone() for name, p in params}
+            sub._parameters = dict(sub._parameters.items())  # DeepSpeed's gathering dict -> a plain one
+            for name, param in params:
+                sub._parameters[name] = nn.Parameter(full[name], requires_grad=param.requires_grad)
+    destroy = getattr(engine, "destroy", None)
+    if callable(destroy):
+        destroy()
+
+
+def stale_partitions(module: nn.Module) -> list[str]:
+    """Names of parameters partitioned by a ZeRO-3 run whose process group no longer exists."""
+    import torch.distributed as dist
+
+    stale = []
+    for name, param in module.named_parameters():
+        group = getattr(param, "ds_process_group", None)
+        if not hasattr(param, "ds_id") or group is None:
+            continue
+        try:
+            if not dist.is_initialized():
+                raise ValueError
+            dist.get_rank(group=group)
+        except (ValueError, RuntimeError):
+            stale.append(name)
+    return stale

@@ -70,6 +70,10 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
         build_cpu_comm_op: On CPU, let DeepSpeed JIT-compile its shared-memory all-reduce op when
             the process group is set up. It serves only DeepSpeed's inference kernels, not ZeRO
             training, and takes minutes to build, so it is skipped by default.
+        gather_on_teardown: Stage 3: when a run ends, gather the full weights back into the Module
+            (every rank holds them), as after any other strategy, so it can be evaluated, saved or
+            trained again. Set False for models too large for one rank's memory; the Module is then
+            only usable through checkpoints.
         parallel_devices, cluster_environment, checkpoint_io, precision_plugin: See
             :class:`~phalanx.strategies.parallel.ParallelStrategy`.
         **tuning: ZeRO / offload / aio / activation-checkpointing / loss-scale knobs with
@@ -104,6 +108,7 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
         process_group_backend: str | None = None,
         timeout: timedelta | None = None,
         build_cpu_comm_op: bool = False,
+        gather_on_teardown: bool = True,
         parallel_devices: list[torch.device] | None = None,
         cluster_environment: ClusterEnvironment | None = None,
         checkpoint_io: CheckpointIO | None = None,
@@ -144,6 +149,8 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
         self._process_group_backend = process_group_backend
         self._timeout = timeout
         self.build_cpu_comm_op = build_cpu_comm_op
+        self.gather_on_teardown = gather_on_teardown
+        self._failed = False
         self._run_config: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ configuration
@@ -251,6 +258,15 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
         self._require_accelerator().setup(trainer)
         module = self._require_module()
         self._trainer = trainer
+        stale = _engine.stale_partitions(module)
+        if stale:
+            msg = (
+                f"{type(module).__qualname__} still holds parameters ({', '.join(stale[:3])}, ...) partitioned by an "
+                "earlier ZeRO-3 run in this process, whose process group is gone. Fix: leave "
+                "DeepSpeedStrategy(gather_on_teardown=True) (the default) on the earlier run so the Module gets its "
+                "weights back, or build a new Module and pass ckpt_path=... to load a checkpoint."
+            )
+            raise MisconfigurationError(msg)
         fitting = bool(getattr(trainer, "training", True))
         self.model = self.precision_plugin.convert_module(module)
         if not self.zero_stage_3:
@@ -328,11 +344,21 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
         return nullcontext()
 
     # ------------------------------------------------------------------ teardown
+    def on_exception(self, exception: BaseException) -> None:
+        """Remember the failure: teardown must not start a collective other ranks may never join."""
+        self._failed = True
+        super().on_exception(exception)
+
     def teardown(self) -> None:
-        """Drop the engine, the process group we created, and deepspeed.comm's handle on it."""
+        """Release the engine (ZeRO-3: weights gathered back), the process group, deepspeed.comm's state."""
         created = self._created_process_group
-        if self.deepspeed_engine is not None:
-            self.model = self.module
+        engine = self.deepspeed_engine
+        if engine is not None:
+            module = self._require_module()
+            gather = self.zero_stage_3 and self.gather_on_teardown and not self._failed
+            _engine.release_engine(engine, module, gather=gather)
+            self.model = module
+        self._failed = False
         self.optimizers = []
         super().teardown()
         if created:

@@ -1,8 +1,9 @@
 """Training script the tests run in a subprocess (DeepSpeedStrategy re-runs it once per extra rank).
 
 Modes:
-    parity   Train with DeepSpeed, save a checkpoint, then train the same model with a plain
-             torch DistributedDataParallel loop in the same processes; write both loss curves.
+    parity   Train with DeepSpeed (saving a checkpoint), validate the trained Module, then train the
+             same model with a plain torch DistributedDataParallel loop in the same processes;
+             write both loss curves.
     resume   Train N steps straight; train N/2 with ModelCheckpoint, resume from "last" to N in a new
              Trainer; write both loss curves.
     reload   Try to resume / evaluate a checkpoint given on the command line and report what
@@ -172,7 +173,11 @@ def parity(args: argparse.Namespace) -> None:
     run = trainer(args, args.steps)
     run.fit(model, loader())
     rank = run.global_rank
-    result = {"losses": model.losses, "ref": reference(args), "world": run.world_size, "numel": model.local_numel}
+    if rank == 0:  # after fit the Module holds the trained weights (ZeRO-3: gathered at teardown)
+        torch.save(model.state_dict(), os.path.join(args.out, "module_weights.pt"))
+    # ... and runs again: a new engine in a new process group
+    val_loss = float(run.validate(model, loader(), verbose=False)[0]["val_loss"])
+    result = {"losses": model.losses, "ref": reference(args), "world": run.world_size, "numel": model.local_numel, "val_loss": val_loss}
     if rank == 0:  # what `phalanx checkpoint convert` runs, without starting another interpreter
         convert_checkpoint(model.save_to, os.path.join(args.out, "converted.ckpt"))
     write(args, rank, result)
