@@ -52,7 +52,7 @@ class Accelerator(ABC):
             )
             raise MisconfigurationError(msg)
 
-    def setup(self, trainer: Any) -> None:  # noqa: B027 - optional hook, no-op by default
+    def setup(self, trainer: Any = None) -> None:  # noqa: B027 - optional hook, no-op by default
         """Prepare the accelerator for a run of ``trainer`` (e.g. backend flags). No-op by default."""
 
     def teardown(self) -> None:  # noqa: B027 - optional hook, no-op by default

@@ -26,7 +26,9 @@ if __name__ == "__main__":
     workers = strategy.startswith(("ddp_spawn", "ddp_fork"))
     # With worker processes, the checkpoint callback's paths must come back to this process too.
     trainer = phalanx.Trainer(
-        **trainer_kwargs(devices=devices, num_nodes=num_nodes, strategy=strategy, enable_checkpointing=workers, default_root_dir=out)
+        **trainer_kwargs(
+            devices=devices, num_nodes=num_nodes, strategy=strategy, enable_checkpointing=workers, default_root_dir=out
+        )
     )
     started = time.time()
     trainer.fit(model, loader())
