@@ -157,3 +157,57 @@ def _clear_cache() -> None:
     """Forget what was found (after installing or removing a package in this process)."""
     global _cache
     _cache = None
+
+
+_OPERATORS = (">=", "<=", "==", "!=", "~=", ">", "<")
+
+
+def _release(version: str) -> tuple[int, ...] | None:
+    """``"2.13.0+cpu"`` -> ``(2, 13, 0)``; ``None`` for anything beyond plain release numbers."""
+    parts = version.split("+", 1)[0].split(".")
+    if not all(p.isdigit() for p in parts):
+        return None
+    release = [int(p) for p in parts]
+    while len(release) > 1 and release[-1] == 0:
+        release.pop()
+    return tuple(release)
+
+
+def split_requirement(requirement: str) -> tuple[str, str, str] | None:
+    """``"torch>=2.1,<3"`` -> ``("torch", ">=2.1,<3", "")``; ``None`` when extras or markers need packaging."""
+    text = requirement.strip()
+    if ";" in text or "[" in text or "@" in text:
+        return None
+    end = 0
+    while end < len(text) and (text[end].isalnum() or text[end] in "-_."):
+        end += 1
+    return text[:end], text[end:].strip().strip("()").replace(" ", ""), ""
+
+
+def satisfies(installed: str, specifier: str) -> bool | None:
+    """Judge plain release versions against a specifier set without importing packaging.
+
+    Returns ``None`` when a version or clause needs full PEP 440 handling (pre-releases, wildcards):
+    the caller then asks ``packaging``. Importing packaging costs tens of milliseconds, which
+    ``phalanx strategies`` cannot afford for the common ``"torch>=2.1"`` case.
+    """
+    have = _release(installed)
+    if have is None:
+        return None
+    for clause in filter(None, specifier.split(",")):
+        op = next((o for o in _OPERATORS if clause.startswith(o)), None)
+        if op is None or clause.endswith("*"):
+            return None
+        want = _release(clause[len(op) :])
+        if want is None:
+            return None
+        if op == "~=":  # compatible release: >= the version, same release up to its last component
+            written = [int(p) for p in clause[len(op) :].split(".")]
+            prefix = tuple(written[:-1])
+            padded = have + (0,) * max(0, len(prefix) - len(have))
+            ok = have >= want and padded[: len(prefix)] == prefix
+        else:
+            ok = {">=": have >= want, "<=": have <= want, "==": have == want, "!=": have != want, ">": have > want, "<": have < want}[op]
+        if not ok:
+            return False
+    return True

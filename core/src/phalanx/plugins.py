@@ -168,24 +168,30 @@ def _core_incompatibility(dist: _metadata.Distribution) -> str | None:
     """Return why a plugin's declared ``phalanx-core`` requirement is not met, if it is not."""
     if _metadata.canonical_name(dist.name) == CORE_DISTRIBUTION:
         return None
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
-
+    core_version = _metadata.version(CORE_DISTRIBUTION)
+    if core_version is None:
+        return None  # core running from a source tree: nothing to compare against
     for line in dist.requires or []:
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
-            continue
-        if canonicalize_name(req.name) != CORE_DISTRIBUTION:
-            continue
-        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-            continue
-        core_version = _metadata.version(CORE_DISTRIBUTION)
-        if core_version is None:
-            return None  # core running from a source tree: nothing to compare against
-        if req.specifier and not req.specifier.contains(core_version, prereleases=True):
+        name = line.strip()
+        cut = next((i for i, ch in enumerate(name) if not (ch.isalnum() or ch in "-_.")), len(name))
+        if _metadata.canonical_name(name[:cut]) != CORE_DISTRIBUTION:
+            continue  # cheap pre-filter: only the core requirement matters here
+        simple = _metadata.split_requirement(line)
+        verdict = None if simple is None else _metadata.satisfies(core_version, simple[1])
+        if verdict is None:
+            from packaging.requirements import InvalidRequirement, Requirement
+
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue
+            verdict = not req.specifier or req.specifier.contains(core_version, prereleases=True)
+        if not verdict:
+            spec = line.split(";")[0].strip()
             return (
-                f"requires {req}, but phalanx-core {core_version} is installed; "
+                f"requires {spec}, but phalanx-core {core_version} is installed; "
                 f"fix: upgrade phalanx-core or install a release of {dist.name} built for {core_version}"
             )
     return None

@@ -105,6 +105,15 @@ def _describe(source: PluginSource) -> str:
 
 def requirement_problem(requirement: str) -> str | None:
     """Check one PEP 508 requirement against installed metadata; return the problem or ``None``."""
+    simple = _metadata.split_requirement(requirement)
+    if simple is not None:
+        name, specifier, _ = simple
+        installed = _metadata.version(name)
+        if installed is None:
+            return f"requires {requirement}, which is not installed; fix: pip install '{requirement}'"
+        verdict = _metadata.satisfies(installed, specifier)
+        if verdict is not None:
+            return None if verdict else _version_problem(requirement, name, installed)
     from packaging.requirements import Requirement
 
     req = Requirement(requirement)
@@ -114,8 +123,12 @@ def requirement_problem(requirement: str) -> str | None:
     if installed is None:
         return f"requires {requirement}, which is not installed; fix: pip install '{requirement}'"
     if req.specifier and not req.specifier.contains(installed, prereleases=True):
-        return f"requires {requirement} but {req.name} {installed} is installed; fix: pip install '{requirement}'"
+        return _version_problem(requirement, req.name, installed)
     return None
+
+
+def _version_problem(requirement: str, name: str, installed: str) -> str:
+    return f"requires {requirement} but {name} {installed} is installed; fix: pip install '{requirement}'"
 
 
 class Registry:
