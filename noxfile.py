@@ -103,3 +103,18 @@ def demo(session: nox.Session) -> None:
         _install_package(session, name)
     session.run("phalanx", "strategies")
     session.run("python", "examples/demo.py", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Side-by-side benchmarks against raw PyTorch (not part of the default run; minutes each).
+
+    `nox -s bench` runs all; `nox -s bench -- bench_ddp.py` runs the named scripts only.
+    """
+    _install_torch(session)
+    session.install("./core", "psutil")
+    for name in ("strategy-ddp", "strategy-fsdp", "strategy-deepspeed"):
+        _install_package(session, name)
+    scripts = session.posargs or sorted(p.name for p in (ROOT / "benchmarks").glob("bench_*.py"))
+    for script in scripts:
+        session.run("python", f"benchmarks/{script}")

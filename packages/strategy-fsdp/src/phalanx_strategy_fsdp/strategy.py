@@ -26,13 +26,13 @@ from phalanx.errors import MisconfigurationError
 from phalanx.launchers.launcher import Launcher
 from phalanx.launchers.subprocess_script import SubprocessScriptLauncher
 from phalanx.precision.precision import Precision
+from phalanx.strategies._redirect import call_through_wrapper
 from phalanx.strategies.parallel import ParallelStrategy
 from phalanx_strategy_fsdp._fsdp2 import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy
 from phalanx_strategy_fsdp._options import mesh_shape, validate_device_mesh, validate_options
 from phalanx_strategy_fsdp._policy import class_names, resolve_policy
 from phalanx_strategy_fsdp._precision import check_offload_precision, mixed_precision_policy
 from phalanx_strategy_fsdp._process_group import destroy_process_group_at_exit
-from phalanx_strategy_fsdp._redirect import call_through_hooks
 from phalanx_strategy_fsdp._shard import shard_module
 from phalanx_strategy_fsdp._strategy_checkpointing import FSDPCheckpointing
 
@@ -251,7 +251,8 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
         module = self._require_module()
         if not isinstance(module, FSDPModule):
             return getattr(module, name)(*args, **kwargs)
-        return call_through_hooks(module, name, *args, **kwargs)
+        # FSDP2 hooks live on the module itself: it is its own wrapper.
+        return call_through_wrapper(module, module, name, *args, **kwargs)
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         with self.precision_plugin.train_step_context():
