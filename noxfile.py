@@ -89,7 +89,7 @@ def xla(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff, mypy on the core, and the layering rule (core imports no plugin; _plugin.py no torch)."""
     session.install("ruff", "mypy", TORCH, "pluggy", "packaging")
-    session.run("ruff", "check", "core", "packages", "tests", "tools", "noxfile.py")
+    session.run("ruff", "check", "core", "packages", "tests", "tools", "examples", "benchmarks", "noxfile.py")
     session.run("python", "tools/check_layering.py")
     session.run("mypy", "core/src/phalanx")
 

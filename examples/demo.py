@@ -127,7 +127,8 @@ if __name__ == "__main__":
             generator = torch.Generator().manual_seed(0)
             ids = prompt.clone()
             for _ in range(length):
-                logits = self(ids[-self.position.num_embeddings :].unsqueeze(0))[0, -1] / temperature
+                window = ids[-self.position.num_embeddings :].unsqueeze(0).to(self.device)
+                logits = self(window)[0, -1].float().cpu() / temperature
                 ids = torch.cat([ids, torch.multinomial(logits.softmax(-1), 1, generator=generator)])
             return ids[len(prompt) :]
 
@@ -181,7 +182,9 @@ if __name__ == "__main__":
             + ", ".join(f"{k}={v}" for k, v in shown.items())
             + f" (chance level {math.log(len(vocab)):.3f})"
         )
-        model.float()
-        prompt = ids[split : split + args.block_size].cpu()
-        continuation = model.cpu().sample(prompt, 120)
+    # Every rank samples: with a sharded strategy (fsdp) each forward gathers parameters collectively.
+    model.float()
+    prompt = ids[split : split + args.block_size]
+    continuation = model.sample(prompt, 120)
+    if trainer.is_global_zero:
         print("sample:", repr("".join(vocab[int(i)] for i in continuation)))
