@@ -20,6 +20,7 @@ import torch.distributed as dist
 from phalanx.accelerators.accelerator import Accelerator
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO
 from phalanx.environments.cluster_environment import ClusterEnvironment
+from phalanx.errors import MisconfigurationError
 from phalanx.precision.precision import Precision
 from phalanx.strategies._collectives import TBroadcast
 from phalanx.strategies._distributed import all_gather as _all_gather
@@ -72,6 +73,19 @@ class ParallelStrategy(Strategy):
     def cluster_environment(self, environment: ClusterEnvironment | None) -> None:
         self._cluster_environment = environment
         self._on_configuration_change()
+
+    @property
+    def root_device(self) -> torch.device:
+        """The device of this process: ``parallel_devices[local_rank]``."""
+        devices = self.parallel_devices
+        if not devices:
+            name = type(self).__name__
+            msg = (
+                f"{name} has no parallel_devices, so it does not know which device this process uses. "
+                f"Pass it to a Trainer (devices=N fills them) or give {name}(parallel_devices=[...])."
+            )
+            raise MisconfigurationError(msg)
+        return devices[self.local_rank]
 
     @property
     def parallel_devices(self) -> list[torch.device] | None:

@@ -109,18 +109,6 @@ class DDPStrategy(ParallelStrategy):
 
     # ------------------------------------------------------------------ configuration
     @property
-    def root_device(self) -> torch.device:
-        """The device of this process: ``parallel_devices[local_rank]``."""
-        devices = self.parallel_devices
-        if not devices:
-            msg = (
-                "DDPStrategy has no parallel_devices, so it does not know which device this process uses. "
-                "Pass it to a Trainer (devices=N fills them) or give DDPStrategy(parallel_devices=[...])."
-            )
-            raise MisconfigurationError(msg)
-        return devices[self.local_rank]
-
-    @property
     def process_group_backend(self) -> str:
         """The backend in use or about to be: the one given, else gloo on CPU / nccl on CUDA."""
         return self._process_group_backend or default_backend(self.root_device)

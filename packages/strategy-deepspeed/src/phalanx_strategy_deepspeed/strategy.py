@@ -164,18 +164,6 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
         return self.zero_stage == 3
 
     @property
-    def root_device(self) -> torch.device:
-        """``parallel_devices[local_rank]``, like DDP."""
-        devices = self.parallel_devices
-        if not devices:
-            msg = (
-                "DeepSpeedStrategy has no parallel_devices, so it does not know which device this process uses. "
-                "Pass it to a Trainer (devices=N fills them) or give DeepSpeedStrategy(parallel_devices=[...])."
-            )
-            raise MisconfigurationError(msg)
-        return devices[self.local_rank]
-
-    @property
     def precision_plugin(self) -> Precision:
         """Always a :class:`DeepSpeedPrecision`; any precision assigned is converted by name."""
         current: Precision | None = self._precision_plugin

@@ -135,18 +135,6 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
         self._precision_plugin = precision_plugin
 
     @property
-    def root_device(self) -> torch.device:
-        """The device of this process: ``parallel_devices[local_rank]``."""
-        devices = self.parallel_devices
-        if not devices:
-            msg = (
-                "FSDPStrategy has no parallel_devices, so it does not know which device this process uses. "
-                "Pass it to a Trainer (devices=N fills them) or give FSDPStrategy(parallel_devices=[...])."
-            )
-            raise MisconfigurationError(msg)
-        return devices[self.local_rank]
-
-    @property
     def process_group_backend(self) -> str:
         """The backend in use or about to be: the one given, else gloo (CPU) or cpu:gloo,cuda:nccl."""
         if self._process_group_backend:
