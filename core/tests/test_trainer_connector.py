@@ -6,6 +6,7 @@ the only place the project allows faking hardware counts.
 
 from __future__ import annotations
 
+import importlib.metadata
 import sys
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -42,6 +43,20 @@ class FourDevices(Accelerator):
         return [torch.device("cpu")] * (parsed if isinstance(parsed, int) else len(parsed))
 
 
+class FourSlotAccelerator(Accelerator):
+    """A test accelerator with four numbered slots, to exercise the shared index parsing."""
+
+    name: ClassVar[str] = "cpu"  # lets get_parallel_devices build real torch devices
+
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+    @staticmethod
+    def auto_device_count() -> int:
+        return 4
+
+
 @pytest.fixture
 def fake4() -> Iterator[str]:
     AcceleratorRegistry.register("fake4", FourDevices, description="test double with 4 devices")
@@ -49,8 +64,19 @@ def fake4() -> Iterator[str]:
     AcceleratorRegistry.remove("fake4")
 
 
-def _ddp_available() -> bool:
-    return "ddp" in StrategyRegistry and StrategyRegistry.entry("ddp").available
+def _installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+#: The tests-core session installs the core alone, so these run there; where the plugin is installed
+#: its own tests check what the name resolves to (packages/strategy-ddp/tests/test_ddp_connector.py).
+core_without_ddp = pytest.mark.skipif(
+    _installed("phalanx-strategy-ddp"), reason="checks the core alone; phalanx-strategy-ddp is installed here"
+)
 
 
 def test_auto_on_this_machine_is_single_device() -> None:
@@ -61,18 +87,19 @@ def test_auto_on_this_machine_is_single_device() -> None:
     assert (trainer.world_size, trainer.global_rank, trainer.is_global_zero) == (1, 0, True)
 
 
-@pytest.mark.parametrize(
-    ("devices", "count"), [("auto", 4), (-1, 4), (2, 2), ([1, 3], 2), ("0,1,2", 3), ("1,", 1), ("3", 3)]
-)
-def test_devices_spellings_fake_hardware(fake4: str, devices: Any, count: int) -> None:
-    if count > 1 and not _ddp_available():
-        with pytest.raises((PluginUnavailableError, UnknownNameError), match="phalanx-strategy-ddp"):
-            Trainer(accelerator=fake4, devices=devices, **quiet())
-        return
+@core_without_ddp
+@pytest.mark.parametrize("devices", ["auto", -1, 2, [1, 3], "0,1,2", "3"])
+def test_several_devices_without_ddp_name_the_package_fake_hardware(fake4: str, devices: Any) -> None:
+    """The resolution to ddp itself is checked where ddp is installed (packages/strategy-ddp/tests)."""
+    with pytest.raises((PluginUnavailableError, UnknownNameError), match="phalanx-strategy-ddp"):
+        Trainer(accelerator=fake4, devices=devices, **quiet())
+
+
+@pytest.mark.parametrize("devices", ["1,", 1, [2], "3,"])
+def test_one_device_index_is_single_device_fake_hardware(fake4: str, devices: Any) -> None:
     trainer = Trainer(accelerator=fake4, devices=devices, **quiet())
-    assert trainer.num_devices == count
-    expected = "single_device" if count == 1 else "ddp"
-    assert trainer._strategy_name == expected
+    assert trainer.num_devices == 1
+    assert isinstance(trainer.strategy, SingleDeviceStrategy)
 
 
 @pytest.mark.parametrize("devices", [5, [4], "0,0", [-1]])
@@ -81,28 +108,17 @@ def test_devices_out_of_range_fake_hardware(fake4: str, devices: Any) -> None:
         Trainer(accelerator=fake4, devices=devices, **quiet())
 
 
-def test_several_devices_without_strategy_means_ddp_or_names_the_package() -> None:
-    if not _ddp_available():
-        with pytest.raises((PluginUnavailableError, UnknownNameError), match="phalanx-strategy-ddp"):
-            Trainer(accelerator="cpu", devices=2, **quiet())
-        return
-    from phalanx.strategies.parallel import ParallelStrategy
-
-    trainer = Trainer(accelerator="cpu", devices=2, **quiet())
-    assert trainer._strategy_name == "ddp"
-    assert isinstance(trainer.strategy, ParallelStrategy)
-    assert len(trainer.strategy.parallel_devices) == 2
-    assert trainer.strategy.launcher is not None
+@core_without_ddp
+def test_two_cpu_processes_without_ddp_name_the_package() -> None:
+    with pytest.raises((PluginUnavailableError, UnknownNameError), match="phalanx-strategy-ddp"):
+        Trainer(accelerator="cpu", devices=2, **quiet())
 
 
-def test_interactive_session_picks_ddp_notebook(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_interactive_session_is_detected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(sys, "ps1", raising=False)
+    assert not is_interactive()
     monkeypatch.setattr(sys, "ps1", ">>> ", raising=False)
     assert is_interactive()
-    if not _ddp_available():
-        pytest.skip("phalanx-strategy-ddp is not installed")
-    assert Trainer(accelerator="cpu", devices=2, **quiet())._strategy_name == "ddp_notebook"
-    with pytest.raises(MisconfigurationError, match="interactive"):
-        Trainer(strategy="ddp", accelerator="cpu", devices=2, **quiet())
 
 
 def test_strategy_instance_and_custom_subclass() -> None:
@@ -126,12 +142,10 @@ def test_strategy_instance_and_custom_subclass() -> None:
     assert trainer._strategy_name == "my_single"
 
 
+@pytest.mark.skipif(_installed("phalanx-strategy-deepspeed"), reason="phalanx-strategy-deepspeed is installed here")
 def test_missing_plugin_names_the_distribution() -> None:
-    name = "deepspeed"
-    if name in StrategyRegistry and StrategyRegistry.entry(name).available:
-        pytest.skip("the deepspeed plugin is installed here")
     with pytest.raises((PluginUnavailableError, UnknownNameError), match="phalanx-strategy-deepspeed"):
-        Trainer(strategy=name, **quiet())
+        Trainer(strategy="deepspeed", **quiet())
 
 
 def test_plugins_by_instance_and_name() -> None:
@@ -148,3 +162,50 @@ def test_plugins_by_instance_and_name() -> None:
 )
 def test_precision_aliases(alias: Any, canonical: str) -> None:
     assert Trainer(precision=alias, **quiet()).precision == canonical
+
+
+@pytest.mark.parametrize(
+    ("devices", "expected"),
+    [
+        (2, [0, 1]),
+        ("2", [0, 1]),
+        (-1, [0, 1, 2, 3]),
+        ("-1", [0, 1, 2, 3]),
+        ("auto", [0, 1, 2, 3]),
+        ("1,3", [1, 3]),
+        ("2,", [2]),
+        (" 0, 1 ", [0, 1]),
+        ([3, 0], [3, 0]),
+        ((1,), [1]),
+    ],
+)
+def test_shared_parsing_accepts_every_documented_spelling_fake_hardware(devices: object, expected: list[int]) -> None:
+    assert FourSlotAccelerator.parse_devices(devices) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("devices", "fragment"),
+    [
+        (5, "only 4 are available"),
+        ([0, 4], "valid indices are [0, 1, 2, 3]"),
+        ("0,7", "valid indices are [0, 1, 2, 3]"),
+        (0, "at least one device"),
+        (-2, "at least one device"),
+        ([0, 0], "repeats an index"),
+        ([-1], "negative index"),
+        ([], "not a valid index list"),
+        ("0,x", "not a valid index list"),
+        ("two", "is not valid"),
+        (True, "is not valid"),
+        (2.0, "type float"),
+    ],
+)
+def test_shared_parsing_explains_bad_values_fake_hardware(devices: object, fragment: str) -> None:
+    with pytest.raises(MisconfigurationError) as info:
+        FourSlotAccelerator.parse_devices(devices)  # type: ignore[arg-type]
+    assert fragment in str(info.value)
+    assert repr(devices) in str(info.value)
+
+
+def test_parallel_devices_follow_the_parsed_indices_fake_hardware() -> None:
+    assert FourSlotAccelerator.get_parallel_devices("1,3") == [torch.device("cpu", 1), torch.device("cpu", 3)]
