@@ -180,20 +180,52 @@ def test_16_mixed_scaler_state_round_trips_even_before_setup() -> None:
 
 
 def test_16_mixed_unscale_is_idempotent_within_a_step() -> None:
-    precision = MixedPrecision("16-mixed", device="cpu")
+    """Unscaling in the pre-step slot (as clipping does) and again in the step divides only once."""
+    x = torch.ones(2, 4)
+
+    # The plain loop: one unscale_ per step, then the scaled step.
+    reference = _model()
+    ref_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)  # no overflow: every step updates
+    ref_grads = []
+    for _ in range(2):
+        ref_optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = reference(x).pow(2).mean()
+        scaler.scale(loss).backward()
+        scaler.unscale_(ref_optimizer)
+        ref_grads.append([p.grad.clone() for p in reference.parameters()])
+        scaler.step(ref_optimizer)
+        scaler.update()
+
+    precision = MixedPrecision("16-mixed", device="cpu", scaler=torch.amp.GradScaler("cpu", init_scale=1024.0))
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    model.trainer = type("T", (), {"_before_optimizer_step": lambda self, opt: precision.unscale_gradients(opt)})()  # type: ignore[assignment]
+    seen: list[list[torch.Tensor]] = []
+
+    def before_step(_: object, opt: torch.optim.Optimizer) -> None:
+        precision.unscale_gradients(opt)
+        precision.unscale_gradients(opt)  # a second caller in the same step must be a no-op
+        seen.append([p.grad.clone() for p in model.parameters()])
+
+    model.trainer = type("T", (), {"_before_optimizer_step": before_step})()  # type: ignore[assignment]
 
     def closure() -> torch.Tensor:
         optimizer.zero_grad()
         with precision.forward_context():
-            loss = model(torch.ones(2, 4)).pow(2).mean()
+            loss = model(x).pow(2).mean()
         precision.backward(loss, model, optimizer)
         return loss
 
     for _ in range(2):
-        precision.optimizer_step(optimizer, model, closure)  # would raise if unscale_ ran twice
+        precision.optimizer_step(optimizer, model, closure)
+    for got, expected in zip(seen, ref_grads, strict=True):
+        for g, e in zip(got, expected, strict=True):
+            assert torch.equal(g, e)  # true gradients: divided by the scale exactly once
+    assert all(torch.isfinite(g).all() for step in seen for g in step)
+    for got, expected in zip(model.parameters(), reference.parameters()):
+        assert torch.equal(got, expected)
+    assert precision.scaler.get_scale() == scaler.get_scale()  # type: ignore[union-attr]
 
 
 def test_16_mixed_rejects_lbfgs_and_bf16_rejects_a_scaler() -> None:

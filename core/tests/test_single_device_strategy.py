@@ -321,19 +321,30 @@ def test_cuda_16_mixed_trains_on_the_gpu_and_teardown_returns_to_cpu() -> None:
     assert next(module.parameters()).device.type == "cpu"
 
 
-@pytest.mark.parametrize("offload", [True, False])
-def test_teardown_moves_the_module_to_cpu_only_when_asked(monkeypatch: pytest.MonkeyPatch, offload: bool) -> None:
-    class Sharded(SingleDeviceStrategy):
-        @property
-        def offload_module_on_teardown(self) -> bool:
-            return offload
+class _KeepsModuleOnTeardown(SingleDeviceStrategy):
+    """A strategy that leaves the Module where it is at teardown (as sharded strategies do)."""
 
+    @property
+    def offload_module_on_teardown(self) -> bool:
+        return False
+
+
+def test_teardown_on_cpu_leaves_the_module_in_place() -> None:
     assert SingleDeviceStrategy().offload_module_on_teardown is True
-    strategy = Sharded()
-    module = nn.Linear(2, 2)
-    moved: list[bool] = []
-    monkeypatch.setattr(module, "cpu", lambda: moved.append(True) or module)
-    monkeypatch.setattr(strategy, "_has_non_cpu_device", lambda: True)  # as if on an accelerator
-    strategy.connect(module)
+    for strategy in (SingleDeviceStrategy(), _KeepsModuleOnTeardown()):
+        module, _ = _fit(strategy)
+        weights = [p.detach().clone() for p in module.parameters()]
+        strategy.teardown()
+        assert all(p.device.type == "cpu" for p in module.parameters())
+        assert all(torch.equal(a, b) for a, b in zip(weights, module.parameters()))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("offload", [True, False])
+def test_teardown_moves_the_module_to_cpu_only_when_asked(offload: bool) -> None:
+    """On a real accelerator: teardown returns the Module to CPU unless the strategy opts out."""
+    strategy = SingleDeviceStrategy("cuda:0") if offload else _KeepsModuleOnTeardown("cuda:0")
+    module, _ = _fit(strategy)
+    assert next(module.parameters()).device.type == "cuda"
     strategy.teardown()
-    assert moved == ([True] if offload else [])
+    assert next(module.parameters()).device.type == ("cpu" if offload else "cuda")

@@ -199,13 +199,24 @@ class StrategyConformance:
 
     def test_components_are_filled_in(self) -> None:
         from phalanx import Trainer
+        from phalanx.accelerators import Accelerator
+        from phalanx.checkpoint_io import CheckpointIO
+        from phalanx.environments import ClusterEnvironment
+        from phalanx.precision import Precision
+        from phalanx.registry import AcceleratorRegistry
+        from phalanx.strategies import ParallelStrategy
 
         trainer = Trainer(strategy=self.strategy, accelerator=self.accelerator, devices=self.devices, logger=False, enable_progress_bar=False)
         strategy = trainer.strategy
-        for part in ("accelerator", "precision_plugin", "checkpoint_io"):
-            assert getattr(strategy, part) is not None, f"{type(strategy).__name__}.{part} is None after Trainer connected it"
-        if hasattr(strategy, "cluster_environment"):
-            assert strategy.cluster_environment is not None
+        parts = {"accelerator": Accelerator, "precision_plugin": Precision, "checkpoint_io": CheckpointIO}
+        if isinstance(strategy, ParallelStrategy):
+            parts["cluster_environment"] = ClusterEnvironment
+        for part, kind in parts.items():
+            value = getattr(strategy, part)
+            assert isinstance(value, kind), f"{type(strategy).__name__}.{part} is {value!r} after Trainer connected it, not a {kind.__name__}"
+        expected = AcceleratorRegistry.get_class(self.accelerator)
+        assert isinstance(strategy.accelerator, expected), f"accelerator={self.accelerator!r} gave {strategy.accelerator!r}"
+        assert trainer.world_size == self.devices, f"devices={self.devices} gave world_size={trainer.world_size}"
 
     def test_fit_matches_plain_pytorch(self, tmp_path: Path) -> None:
         import torch
