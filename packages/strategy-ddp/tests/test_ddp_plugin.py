@@ -23,6 +23,7 @@ from torch.utils.data import (
     TensorDataset,
 )
 
+from phalanx import Trainer
 from phalanx.checkpoint_io import TorchCheckpointIO
 from phalanx.environments import LocalEnvironment, TorchElasticEnvironment
 from phalanx.errors import MisconfigurationError
@@ -31,7 +32,8 @@ from phalanx.registry import StrategyRegistry
 from phalanx.strategies import DDPStrategy, ParallelStrategy
 from phalanx.strategies._distributed import resolve_reduce_op
 from phalanx_strategy_ddp import _plugin
-from phalanx_strategy_ddp._backend import validate_backend_for_device
+from phalanx.strategies._backend import validate_backend_for_device
+from phalanx.trainer.data import prepare_loader
 
 _CPU2 = [torch.device("cpu")] * 2
 _LAUNCH_WORDS = {"ddp": "re-runs your script", "ddp_spawn": "spawn", "ddp_fork": "forks", "ddp_notebook": "Jupyter"}
@@ -173,9 +175,9 @@ def test_under_torchrun_nothing_is_spawned(monkeypatch: pytest.MonkeyPatch) -> N
     assert isinstance(strategy.cluster_environment, TorchElasticEnvironment)  # detected
     assert isinstance(strategy.launcher, SubprocessScriptLauncher)  # runs the stage, starts nothing
     assert (strategy.global_rank, strategy.world_size, strategy.local_rank) == (1, 2, 1)
-    strategy.num_nodes = 2  # 2 devices x 2 nodes != the 2 processes torchrun started
+    # 2 devices x 2 nodes != the 2 processes torchrun started: refused when the Trainer configures it
     with pytest.raises(MisconfigurationError, match=r"asks for 4 processes, but torchrun started WORLD_SIZE=2"):
-        _ = strategy.launcher
+        Trainer(strategy=DDPStrategy(start_method="spawn"), accelerator="cpu", devices=2, num_nodes=2, logger=False)
 
 
 def test_strategy_pickles_for_spawn() -> None:
@@ -220,15 +222,15 @@ def test_inject_distributed_sampler_keeps_the_loader_settings() -> None:
     strategy = _rank(DDPStrategy(parallel_devices=_CPU2, cluster_environment=LocalEnvironment()), 1)
     assert strategy.distributed_sampler_kwargs == {"num_replicas": 2, "rank": 1}
     loader = DataLoader(dataset, batch_size=2, shuffle=True, drop_last=True, collate_fn=collate)
-    sharded = strategy._inject_distributed_sampler(loader)
+    sharded = prepare_loader(loader, strategy, use_distributed_sampler=True, shuffle=None)
     sampler = sharded.sampler
     assert isinstance(sampler, DistributedSampler)
     assert (sampler.num_replicas, sampler.rank, sampler.shuffle, sampler.seed) == (2, 1, True, 0)
     assert (sharded.batch_size, sharded.drop_last, sharded.collate_fn) == (2, True, collate)
     expected: list[int] = list(DistributedSampler(dataset, num_replicas=2, rank=1, shuffle=True, seed=0))
     assert torch.cat(list(sharded)).tolist() == [float(i) for i in expected[:4]]
-    assert not strategy._inject_distributed_sampler(DataLoader(dataset), shuffle=None).sampler.shuffle
-    assert strategy._inject_distributed_sampler(sharded) is sharded  # already sharded
+    assert not prepare_loader(DataLoader(dataset), strategy, use_distributed_sampler=True, shuffle=None).sampler.shuffle
+    assert prepare_loader(sharded, strategy, use_distributed_sampler=True, shuffle=None) is sharded  # already sharded
 
 
 def test_inject_distributed_sampler_custom_batch_sampler_and_iterables() -> None:
@@ -241,7 +243,7 @@ def test_inject_distributed_sampler_custom_batch_sampler_and_iterables() -> None
     custom = DataLoader(
         dataset, batch_sampler=MyBatchSampler(SequentialSampler(dataset), batch_size=2, drop_last=False)
     )
-    sharded = strategy._inject_distributed_sampler(custom, shuffle=False)
+    sharded = prepare_loader(custom, strategy, use_distributed_sampler=True, shuffle=False)
     assert type(sharded.batch_sampler) is MyBatchSampler
     assert isinstance(sharded.batch_sampler.sampler, DistributedSampler)
     assert len(list(sharded)) == 2
@@ -251,7 +253,7 @@ def test_inject_distributed_sampler_custom_batch_sampler_and_iterables() -> None
             yield from range(4)
 
     stream = DataLoader(Stream())
-    assert strategy._inject_distributed_sampler(stream) is stream
+    assert prepare_loader(stream, strategy, use_distributed_sampler=True, shuffle=None) is stream
 
 
 def test_timeout_is_kept_for_the_process_group() -> None:

@@ -294,6 +294,7 @@ def _worker_entry(
     if launcher._start_method != "fork":
         _unshare_modules(strategy, trainer, args, kwargs)
     os.environ["LOCAL_RANK"] = str(local_rank)
+    strategy.set_world_ranks()  # this worker's global rank follows from its local rank
     rank = strategy.node_rank * strategy.num_processes + local_rank
     try:
         result = function(*args, **kwargs)

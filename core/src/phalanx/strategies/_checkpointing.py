@@ -40,12 +40,12 @@ class StrategyCheckpointing(ABC):
         """See ``Strategy.is_global_zero``."""
 
     @abstractmethod
-    def _require_module(self) -> nn.Module:
-        """See ``Strategy._require_module``."""
+    def require_module(self) -> nn.Module:
+        """See ``Strategy.require_module``."""
 
     def module_state_dict(self) -> dict[str, Any]:
         """The Module's state dict (sharded strategies gather it first)."""
-        return self._require_module().state_dict()
+        return self.require_module().state_dict()
 
     def lightning_module_state_dict(self) -> dict[str, Any]:
         """Lightning's name for :meth:`module_state_dict`."""
@@ -64,7 +64,7 @@ class StrategyCheckpointing(ABC):
                 "module.load_state_dict yourself."
             )
             raise CheckpointError(msg)
-        self._require_module().load_state_dict(checkpoint["state_dict"], strict=strict)
+        self.require_module().load_state_dict(checkpoint["state_dict"], strict=strict)
 
     def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
         """The state dict of ``optimizer`` (sharded strategies consolidate it first)."""

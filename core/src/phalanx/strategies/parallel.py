@@ -1,9 +1,12 @@
-"""ParallelStrategy: the base of every strategy that runs one process per device.
+"""ParallelStrategy: the complete base of every strategy that runs one process per device.
 
-It adds what all multi-process strategies share: ranks from a ClusterEnvironment, the process
-group, collectives over ``torch.distributed`` that degrade to identities before the group exists,
-gradient-sync blocking for accumulation, and DistributedSampler injection. DDP, FSDP and DeepSpeed
-plugins subclass it and add only their wrapper.
+It owns everything one-process-per-device strategies share: the launcher (re-running the script,
+or spawn / fork / forkserver workers), ranks from a ClusterEnvironment, the process group, the CPU
+thread split, collectives over ``torch.distributed``, DistributedSampler sharding, rank 0's weights
+broadcast so every replica starts equal, and SyncBatchNorm conversion. A subclass adds only what
+differs: a wrapper (:meth:`~phalanx.strategies.strategy.Strategy.wrap_model`), a step
+(``optimizer_step``), a checkpoint format. Used as it is, it trains N independent replicas that
+start from the same weights and read disjoint data (no gradient synchronisation).
 """
 
 from __future__ import annotations
@@ -16,33 +19,86 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from phalanx.accelerators.accelerator import Accelerator
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO
 from phalanx.environments.cluster_environment import ClusterEnvironment
 from phalanx.errors import MisconfigurationError
+from phalanx.launchers.launcher import Launcher
 from phalanx.precision.precision import Precision
-from phalanx.strategies._collectives import TBroadcast
-from phalanx.strategies._distributed import all_gather as _all_gather
-from phalanx.strategies._distributed import inject_distributed_sampler, resolve_reduce_op
+from phalanx.strategies._backend import (
+    default_backend,
+    destroy_process_group_at_exit,
+    validate_backend,
+    validate_backend_for_device,
+)
+from phalanx.strategies._parallel_collectives import ParallelCollectives
 from phalanx.strategies._rendezvous import next_group_store
+from phalanx.strategies.configuration import StrategyConfiguration
 from phalanx.strategies.strategy import Strategy
 
-__all__ = ["ParallelStrategy"]
+__all__ = ["PARALLEL_ARGUMENTS", "START_METHODS", "ParallelStrategy", "split_parallel_arguments"]
+
+#: How a ParallelStrategy starts its processes: "popen" re-runs the script (``ddp``), the others
+#: are torch.multiprocessing start methods (``ddp_spawn``, ``ddp_fork`` / ``ddp_notebook``).
+START_METHODS = ("popen", "spawn", "fork", "forkserver")
+
+#: The keyword arguments of :class:`ParallelStrategy`, for subclasses that forward ``**kwargs``.
+PARALLEL_ARGUMENTS = (
+    "accelerator",
+    "parallel_devices",
+    "cluster_environment",
+    "checkpoint_io",
+    "precision_plugin",
+    "process_group_backend",
+    "timeout",
+    "start_method",
+    "sync_batchnorm",
+)
 
 
-class ParallelStrategy(Strategy):
-    """A strategy with one process per device, on one or several nodes.
+def split_parallel_arguments(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split ``kwargs`` into (ParallelStrategy's arguments, the rest).
+
+    For subclasses whose own ``**kwargs`` go to a library (DDP's to DistributedDataParallel): they
+    take one ``**kwargs`` and forward the first part to ``super().__init__``.
+    """
+    base = {key: value for key, value in kwargs.items() if key in PARALLEL_ARGUMENTS}
+    rest = {key: value for key, value in kwargs.items() if key not in PARALLEL_ARGUMENTS}
+    return base, rest
+
+
+class ParallelStrategy(ParallelCollectives, Strategy):
+    """One process per device, on one or several nodes, launched and joined by the strategy itself.
 
     Args:
         accelerator: See :class:`~phalanx.strategies.strategy.Strategy`.
-        parallel_devices: One device per local process (the Trainer's connector fills it from
-            ``devices``); local rank ``i`` computes on ``parallel_devices[i]``.
+        parallel_devices: One device per local process (the Trainer fills it from ``devices``);
+            local rank ``i`` computes on ``parallel_devices[i]``.
         cluster_environment: Where ranks and the rendezvous come from; detected on first use
             (torchrun, SLURM, else the local machine) when ``None``.
         checkpoint_io: See :class:`~phalanx.strategies.strategy.Strategy`.
         precision_plugin: See :class:`~phalanx.strategies.strategy.Strategy`.
+        process_group_backend: "gloo", "nccl", "mpi", or torch's per-device form
+            ("cpu:gloo,cuda:nccl"); default gloo on CPU, nccl on CUDA.
+        timeout: How long a collective waits for the other ranks before failing (a
+            ``datetime.timedelta``); torch's default (30 minutes) when None.
+        start_method: "popen" re-runs the script once per extra local rank; "spawn", "fork" and
+            "forkserver" start workers with torch.multiprocessing (fork works in notebooks).
+        sync_batchnorm: Convert BatchNorm layers to SyncBatchNorm when fitting (GPU only; the
+            Trainer sets it from ``Trainer(sync_batchnorm=True)``).
+
+    Raises:
+        MisconfigurationError: An unknown start method or backend, or a timeout that is not a
+            ``timedelta``.
     """
+
+    #: Start methods this class accepts; subclasses whose state cannot travel to spawned workers
+    #: narrow it (FSDP and DeepSpeed accept only "popen").
+    supported_start_methods: tuple[str, ...] = START_METHODS
+    #: Modules every worker imports anyway; with fork they are imported once before forking.
+    launcher_preload: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -52,11 +108,33 @@ class ParallelStrategy(Strategy):
         cluster_environment: ClusterEnvironment | None = None,
         checkpoint_io: CheckpointIO | None = None,
         precision_plugin: Precision | None = None,
+        process_group_backend: str | None = None,
+        timeout: timedelta | None = None,
+        start_method: str = "popen",
+        sync_batchnorm: bool = False,
     ) -> None:
         super().__init__(accelerator, checkpoint_io=checkpoint_io, precision_plugin=precision_plugin)
+        name = type(self).__name__
+        if start_method not in self.supported_start_methods:
+            msg = (
+                f"{name}(start_method={start_method!r}) is not supported; choose one of "
+                f"{', '.join(self.supported_start_methods)} ('popen' re-runs the script, as strategy='ddp' does)."
+            )
+            raise MisconfigurationError(msg)
+        if start_method != "popen":
+            from phalanx.launchers.multiprocessing import check_start_method
+
+            check_start_method(start_method, cuda_initialized=False)  # the platform now; CUDA at launch
+        if timeout is not None and not isinstance(timeout, timedelta):
+            msg = f"{name}(timeout={timeout!r}) must be a datetime.timedelta, e.g. timedelta(minutes=5), or None."
+            raise MisconfigurationError(msg)
         self._parallel_devices = list(parallel_devices) if parallel_devices is not None else None
         self._cluster_environment = cluster_environment
         self._num_nodes = 1
+        self._process_group_backend = validate_backend(process_group_backend)
+        self._timeout = timeout
+        self._start_method = start_method
+        self.sync_batchnorm = bool(sync_batchnorm)
         self._created_process_group = False
 
     # ------------------------------------------------------------------ configuration
@@ -72,7 +150,7 @@ class ParallelStrategy(Strategy):
     @cluster_environment.setter
     def cluster_environment(self, environment: ClusterEnvironment | None) -> None:
         self._cluster_environment = environment
-        self._on_configuration_change()
+        self._launcher = None
 
     @property
     def root_device(self) -> torch.device:
@@ -95,25 +173,91 @@ class ParallelStrategy(Strategy):
     @parallel_devices.setter
     def parallel_devices(self, devices: list[torch.device] | None) -> None:
         self._parallel_devices = list(devices) if devices is not None else None
-        self._on_configuration_change()
+        self._launcher = None
 
     @property
     def num_nodes(self) -> int:
-        """Number of nodes (machines); set by the Trainer's connector from ``num_nodes``."""
+        """Number of nodes (machines); set by :meth:`configure` from ``Trainer(num_nodes=...)``."""
         return self._num_nodes
 
     @num_nodes.setter
     def num_nodes(self, num_nodes: int) -> None:
         self._num_nodes = int(num_nodes)
-        self._on_configuration_change()
+        self._launcher = None
 
     @property
     def num_processes(self) -> int:
         """Processes per node: one per parallel device."""
         return len(self._parallel_devices) if self._parallel_devices is not None else 0
 
-    def _on_configuration_change(self) -> None:
-        """Hook for subclasses whose launcher depends on devices / nodes / environment."""
+    @property
+    def process_group_backend(self) -> str:
+        """The backend in use or about to be: the one given, else gloo on CPU / nccl on CUDA."""
+        return self._process_group_backend or default_backend(self.root_device)
+
+    @property
+    def timeout(self) -> timedelta | None:
+        """How long collectives wait for the other ranks (None: torch's default)."""
+        return self._timeout
+
+    @property
+    def start_method(self) -> str:
+        """"popen", "spawn", "fork" or "forkserver"."""
+        return self._start_method
+
+    def configure(self, config: StrategyConfiguration) -> None:
+        """Take devices, nodes and environment, check them against the scheduler, build the launcher.
+
+        The earliest point where all of them are known, so a mismatch with torchrun's or SLURM's
+        allocation fails here, in the user's process, before anything is launched.
+        """
+        super().configure(config)
+        if not self._parallel_devices:
+            self._parallel_devices = list(config.parallel_devices)
+        self._num_nodes = int(config.num_nodes)
+        if config.cluster_environment is not None:
+            self._cluster_environment = config.cluster_environment
+        if config.sync_batchnorm:
+            self.sync_batchnorm = True
+        self._check_sync_batchnorm()
+        if self.num_processes:
+            self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
+        self.set_world_ranks()
+        self._launcher = self.create_launcher()
+
+    @property
+    def launcher(self) -> Launcher:
+        """Starts the other processes; built by :meth:`configure` (or on first use when standalone)."""
+        if self._launcher is None:
+            self._launcher = self.create_launcher()
+        return self._launcher  # type: ignore[no-any-return]
+
+    def create_launcher(self) -> Launcher:
+        """The launcher for :attr:`start_method`: re-run the script, or spawn / fork workers.
+
+        When something else already started the processes (torchrun, srun, a re-run child) the
+        script launcher is used whatever the start method: it then starts nothing and only runs the
+        stage, so ``ddp_spawn`` under torchrun does not spawn a second set of workers. Override to
+        use another launcher (XLA uses torch-xla's).
+        """
+        from phalanx.launchers.multiprocessing import MultiProcessingLauncher
+        from phalanx.launchers.subprocess_script import SubprocessScriptLauncher
+
+        env = self.cluster_environment
+        if self._start_method == "popen" or env.creates_processes_externally:
+            return SubprocessScriptLauncher(env, self.num_processes, self.num_nodes)
+        return MultiProcessingLauncher(self, start_method=self._start_method, preload=self.launcher_preload)
+
+    def _check_sync_batchnorm(self) -> None:
+        """Refuse SyncBatchNorm on CPU before any process starts: torch only runs it on GPUs."""
+        devices = self.parallel_devices or []
+        if self.sync_batchnorm and devices and devices[0].type == "cpu":
+            msg = (
+                "sync_batchnorm=True needs GPU processes: torch's SyncBatchNorm does not run on CPU "
+                f"(devices: {[str(d) for d in devices]}). Fix: remove sync_batchnorm=True for CPU "
+                "training, or train on accelerator='cuda'."
+            )
+            raise MisconfigurationError(msg)
 
     # ------------------------------------------------------------------ ranks
     @property
@@ -137,106 +281,98 @@ class ParallelStrategy(Strategy):
         return self.global_rank == 0
 
     def set_world_ranks(self) -> None:
-        """Tell the environment this process's global rank and the world size (from devices x nodes)."""
+        """Tell the environment this process's global rank and the world size (devices x nodes).
+
+        Called once per process: by :meth:`configure`, and by a spawn/fork launcher in each worker
+        after it learns its local rank. Environments whose scheduler assigned ranks ignore it.
+        """
         env = self.cluster_environment
         env.set_global_rank(self.node_rank * self.num_processes + self.local_rank)
         env.set_world_size(self.num_nodes * self.num_processes)
 
     @property
-    def distributed_sampler_kwargs(self) -> dict[str, int]:
-        """``num_replicas`` and ``rank`` for a DistributedSampler: each rank reads its own shard."""
+    def distributed_sampler_kwargs(self) -> dict[str, int] | None:
+        """Each rank reads its own shard: ``num_replicas`` is the world size (devices x nodes)."""
         replicas = self.num_nodes * self.num_processes if self.num_processes else self.world_size
         return {"num_replicas": replicas, "rank": self.global_rank}
 
     # ------------------------------------------------------------------ process group
-    def _init_process_group(self, backend: str, timeout: timedelta | None = None) -> None:
-        """Create the default process group unless one exists (then it is someone else's to destroy).
+    def setup_environment(self) -> None:
+        """Share the CPU cores, join the process group, then select this process's device."""
+        self._set_num_threads()
+        self.setup_distributed()
+        super().setup_environment()
 
-        The rendezvous address comes from the cluster environment, through a store kept for the
-        whole process (see :mod:`phalanx.strategies._rendezvous`), so phalanx never writes
-        ``MASTER_ADDR`` / ``MASTER_PORT`` into this process's environment and a second entry point
-        can safely create a new group.
+    def setup_distributed(self) -> None:
+        """Create the default process group with :attr:`process_group_backend` and :attr:`timeout`.
+
+        A group that exists already (the user's, or torchrun's agent made one) is used as it is
+        and left for its owner to destroy. The rendezvous address comes from the cluster
+        environment, through a store kept for the whole process (``phalanx.strategies._rendezvous``),
+        so phalanx never writes ``MASTER_ADDR`` / ``MASTER_PORT`` into this process's environment.
         """
         if dist.is_initialized():
             return
+        backend = self.process_group_backend
+        validate_backend_for_device(backend, self.root_device)
         env = self.cluster_environment
+        timeout = self._timeout
         store = next_group_store(env.main_address, env.main_port, is_rank_zero=self.global_rank == 0, timeout=timeout)
         kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
         dist.init_process_group(backend, store=store, world_size=self.world_size, rank=self.global_rank, **kwargs)
         self._created_process_group = True
 
-    def _destroy_process_group(self) -> None:
-        """Destroy the group this strategy created (a group the user created is left alone)."""
-        if self._created_process_group and dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
-        self._created_process_group = False
+    @property
+    def created_process_group(self) -> bool:
+        """Whether this strategy created the current default process group (and so destroys it)."""
+        return self._created_process_group
 
-    @staticmethod
-    def _set_num_threads_if_needed(num_processes: int) -> None:
+    @property
+    def keep_process_group_after_teardown(self) -> bool:
+        """Whether :meth:`teardown` leaves the group alive until exit (sharded models need it)."""
+        return False
+
+    def _set_num_threads(self) -> None:
         """Share the CPU cores between the local processes unless the user chose (OMP_NUM_THREADS).
 
         Each process would otherwise start one intra-op thread per core, and N processes on C cores
         would fight over them; torchrun makes the same choice.
         """
-        if "OMP_NUM_THREADS" in os.environ or num_processes <= 1:
+        if "OMP_NUM_THREADS" in os.environ or self.num_processes <= 1:
             return
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        torch.set_num_threads(max(1, cores // num_processes))
+        torch.set_num_threads(max(1, cores // self.num_processes))
 
-    # ------------------------------------------------------------------ collectives
-    def all_gather(self, tensor: torch.Tensor, group: Any | None = None, sync_grads: bool = False) -> torch.Tensor:
-        """Gather ``tensor`` from every rank into a tensor of shape ``(world_size, *tensor.shape)``.
+    # ------------------------------------------------------------------ model
+    def model_to_device(self) -> None:
+        """Move the model to :attr:`root_device`."""
+        assert self.model is not None
+        self.model.to(self.root_device)
 
-        ``sync_grads=True`` uses the differentiable all_gather, so gradients flow back to every
-        rank's input (contrastive losses need this).
+    def wrap_model(self, model: nn.Module, *, training: bool) -> nn.Module:
+        """Start every replica from rank 0's weights (SyncBatchNorm first, when asked and fitting).
+
+        Subclasses that wrap (DDP) call ``super().wrap_model`` for evaluation runs and return their
+        wrapper when training.
         """
-        if not (dist.is_available() and dist.is_initialized()):
-            return tensor
-        return _all_gather(tensor, dist.group.WORLD if group is None else group, sync_grads=sync_grads)
+        if training and self.sync_batchnorm:
+            model = self.convert_sync_batchnorm(model)
+        self.broadcast_module_states(model)
+        return model
 
-    def reduce(
-        self, tensor: torch.Tensor | Any, group: Any | None = None, reduce_op: Any | None = "mean"
-    ) -> torch.Tensor | Any:
-        """Reduce a tensor over ranks: "mean" (default), "sum", "max", "min" or a ``ReduceOp``.
+    def convert_sync_batchnorm(self, model: nn.Module) -> nn.Module:
+        """Replace BatchNorm layers with SyncBatchNorm (statistics over all ranks; GPU only)."""
+        self._check_sync_batchnorm()
+        return nn.SyncBatchNorm.convert_sync_batchnorm(model)
 
-        Returns a new tensor (the input is left untouched). Non-tensors pass through unchanged, so
-        callers can reduce logged values without checking their type.
-        """
-        if not isinstance(tensor, torch.Tensor) or not (dist.is_available() and dist.is_initialized()):
-            return tensor
-        group = dist.group.WORLD if group is None else group
-        op, divide = resolve_reduce_op(reduce_op)
-        result = tensor.detach().clone()
-        if divide and not torch.is_floating_point(result):
-            result = result.float()
-        dist.all_reduce(result, op=op, group=group)
-        if divide:
-            result = result / dist.get_world_size(group)
-        return result
-
-    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
-        """Agree on a boolean: every rank (``all=True``) or at least one rank said yes."""
-        if not (dist.is_available() and dist.is_initialized()):
-            return bool(decision)
-        return super().reduce_boolean_decision(decision, all=all)
-
-    def barrier(self, name: str | None = None) -> None:
-        """Block until every rank arrives; a no-op before the process group exists."""
-        del name
+    @staticmethod
+    def broadcast_module_states(model: nn.Module) -> None:
+        """Copy rank 0's parameters and buffers to every rank (what DDP's constructor does)."""
         if not (dist.is_available() and dist.is_initialized()):
             return
-        if dist.get_backend() == "nccl" and self.root_device.type == "cuda":
-            dist.barrier(device_ids=[self.root_device.index])
-        else:
-            dist.barrier()
-
-    def broadcast(self, obj: TBroadcast, src: int = 0) -> TBroadcast:
-        """Send any picklable object from rank ``src`` to every rank."""
-        if not (dist.is_available() and dist.is_initialized()):
-            return obj
-        box = [obj]
-        dist.broadcast_object_list(box, src=src)
-        return box[0]
+        with torch.no_grad():
+            for tensor in [*model.parameters(), *model.buffers()]:
+                dist.broadcast(tensor.data, src=0)
 
     @contextmanager
     def _no_sync(self) -> Generator[None, None, None]:
@@ -251,22 +387,21 @@ class ParallelStrategy(Strategy):
         """Skip the gradient all-reduce for accumulation steps (DDP's ``no_sync``) when wrapped."""
         return self._no_sync()
 
-    # ------------------------------------------------------------------ data
-    def _inject_distributed_sampler(self, dataloader: Any, shuffle: bool | None = None) -> Any:
-        """Return ``dataloader`` rebuilt with a DistributedSampler for this rank, settings preserved.
-
-        Args:
-            dataloader: A ``torch.utils.data.DataLoader``; anything else (or an iterable-style
-                dataset, or one that already has a DistributedSampler) is returned unchanged.
-            shuffle: Whether the sampler shuffles; ``None`` keeps what the dataloader did (a
-                RandomSampler means shuffle).
-        """
-        return inject_distributed_sampler(dataloader, shuffle, **self.distributed_sampler_kwargs)
-
     # ------------------------------------------------------------------ lifecycle
     def teardown(self) -> None:
         """Release the process group this strategy created and reset the environment's state."""
-        self._destroy_process_group()
+        if self._created_process_group:
+            self._created_process_group = False
+            if self.keep_process_group_after_teardown:
+                destroy_process_group_at_exit()
+            elif dist.is_available() and dist.is_initialized():
+                dist.destroy_process_group()
         if self._cluster_environment is not None:
             self._cluster_environment.teardown()
         super().teardown()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(start_method={self._start_method!r}, "
+            f"process_group_backend={self._process_group_backend!r}, precision_plugin={self.precision_plugin!r})"
+        )

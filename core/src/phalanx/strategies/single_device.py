@@ -15,6 +15,7 @@ from phalanx.checkpoint_io.checkpoint_io import CheckpointIO
 from phalanx.errors import MisconfigurationError
 from phalanx.precision.precision import Precision
 from phalanx.strategies._collectives import TBroadcast
+from phalanx.strategies.configuration import StrategyConfiguration
 from phalanx.strategies.strategy import Strategy
 
 __all__ = ["SingleDeviceStrategy"]
@@ -24,7 +25,8 @@ class SingleDeviceStrategy(Strategy):
     """Train on exactly one device in the current process.
 
     Args:
-        device: The device, e.g. ``"cpu"``, ``"cuda:1"``, ``torch.device("mps")`` or a CUDA index.
+        device: The device, e.g. ``"cpu"``, ``"cuda:1"``, ``torch.device("mps")`` or a CUDA index;
+            ``None`` takes the Trainer's device (``devices=[1]`` -> ``cuda:1``), else the CPU.
         accelerator: The matching accelerator; inferred from ``device`` when ``None``.
         checkpoint_io: See :class:`~phalanx.strategies.strategy.Strategy`.
         precision_plugin: See :class:`~phalanx.strategies.strategy.Strategy`.
@@ -37,14 +39,17 @@ class SingleDeviceStrategy(Strategy):
 
     def __init__(
         self,
-        device: str | int | torch.device = "cpu",
+        device: str | int | torch.device | None = None,
         *,
         accelerator: Accelerator | None = None,
         checkpoint_io: CheckpointIO | None = None,
         precision_plugin: Precision | None = None,
     ) -> None:
         super().__init__(accelerator, checkpoint_io=checkpoint_io, precision_plugin=precision_plugin)
-        if isinstance(device, torch.device):
+        self._device_given = device is not None
+        if device is None:
+            self._root_device = torch.device("cpu")
+        elif isinstance(device, torch.device):
             self._root_device = device
         else:
             try:
@@ -61,6 +66,19 @@ class SingleDeviceStrategy(Strategy):
         """The one device everything runs on."""
         return self._root_device
 
+    def configure(self, config: StrategyConfiguration) -> None:
+        """Take the Trainer's device unless one was given; refuse more than one process."""
+        if config.num_processes > 1:
+            msg = (
+                f"Trainer(strategy={config.strategy_name!r}) runs one process on one device, but "
+                f"devices={config.devices!r} and num_nodes={config.num_nodes} ask for {config.num_processes}. "
+                "Fix: use strategy='auto' or 'ddp' (see `phalanx strategies`), or devices=1."
+            )
+            raise MisconfigurationError(msg)
+        super().configure(config)
+        if not self._device_given and config.parallel_devices:
+            self._root_device = config.parallel_devices[0]
+
     @property
     def is_global_zero(self) -> bool:
         """Always True: this is the only process."""
@@ -68,7 +86,7 @@ class SingleDeviceStrategy(Strategy):
 
     def model_to_device(self) -> None:
         """Move the Module's parameters and buffers to the device."""
-        self._require_module().to(self.root_device)
+        self.require_module().to(self.root_device)
 
     def all_gather(
         self,

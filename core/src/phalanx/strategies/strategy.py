@@ -29,6 +29,7 @@ from phalanx.strategies._checkpointing import StrategyCheckpointing
 from phalanx.strategies._collectives import StrategyCollectives, TBroadcast
 from phalanx.strategies._hooks import StrategyHooks
 from phalanx.strategies._redirect import call_through_wrapper
+from phalanx.strategies.configuration import StrategyConfiguration
 
 __all__ = ["Strategy", "TBroadcast"]
 
@@ -55,7 +56,10 @@ class Strategy(StrategyCollectives, StrategyCheckpointing, StrategyHooks, ABC):
     ) -> None:
         self._accelerator: Accelerator | None = accelerator
         self._checkpoint_io: CheckpointIO | None = checkpoint_io
-        self._precision_plugin: Precision | None = precision_plugin
+        self._precision_plugin: Precision | None = None
+        self._precision_given = False
+        if precision_plugin is not None:
+            self.precision_plugin = precision_plugin
         self._launcher: Any = None
         self._model: nn.Module | None = None
         self._module: nn.Module | None = None
@@ -73,9 +77,9 @@ class Strategy(StrategyCollectives, StrategyCheckpointing, StrategyHooks, ABC):
 
     @property
     def checkpoint_io(self) -> CheckpointIO:
-        """How checkpoints are written and read; created on first access when not given."""
+        """How checkpoints are written and read; :meth:`default_checkpoint_io` when not given."""
         if self._checkpoint_io is None:
-            self._checkpoint_io = TorchCheckpointIO()
+            self._checkpoint_io = self.default_checkpoint_io()
         return self._checkpoint_io
 
     @checkpoint_io.setter
@@ -84,14 +88,36 @@ class Strategy(StrategyCollectives, StrategyCheckpointing, StrategyHooks, ABC):
 
     @property
     def precision_plugin(self) -> Precision:
-        """The precision; ``Precision()`` (32-true) when none was given."""
+        """The precision; ``Precision()`` (32-true), adapted to this strategy, when none was given."""
         if self._precision_plugin is None:
-            self._precision_plugin = Precision()
+            self._precision_plugin = self.adapt_precision_plugin(Precision())
         return self._precision_plugin
 
     @precision_plugin.setter
     def precision_plugin(self, precision_plugin: Precision | None) -> None:
-        self._precision_plugin = precision_plugin
+        self._precision_plugin = None if precision_plugin is None else self.adapt_precision_plugin(precision_plugin)
+        self._precision_given = precision_plugin is not None
+
+    @property
+    def has_precision_plugin(self) -> bool:
+        """Whether a precision was given (to the constructor or assigned), rather than defaulted.
+
+        The Trainer reads this to tell a strategy's own precision from ``Trainer(precision=...)``.
+        """
+        return self._precision_given
+
+    def adapt_precision_plugin(self, precision_plugin: Precision) -> Precision:
+        """Check or convert a precision before the strategy keeps it; returns what it will use.
+
+        Called for every precision the strategy is given. Override to refuse a precision the
+        strategy cannot run (raise ``MisconfigurationError`` naming the choices) or to turn it into
+        the strategy's own kind (DeepSpeed and XLA do). The default keeps it unchanged.
+        """
+        return precision_plugin
+
+    def default_checkpoint_io(self) -> CheckpointIO:
+        """The CheckpointIO used when none is given: ``TorchCheckpointIO()``; override for another."""
+        return TorchCheckpointIO()
 
     @property
     def launcher(self) -> Any:
@@ -122,6 +148,16 @@ class Strategy(StrategyCollectives, StrategyCheckpointing, StrategyHooks, ABC):
     def node_rank(self) -> int:
         """Index of this process's node."""
         return 0
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, int] | None:
+        """``num_replicas`` and ``rank`` of this process's data shard, or None to read all data.
+
+        The Trainer rebuilds each dataloader around a DistributedSampler with these arguments (unless
+        ``Trainer(use_distributed_sampler=False)``). Strategies that shard data over only part of
+        the world (model parallel) return that part's size and index.
+        """
+        return None
 
     @property
     def model(self) -> nn.Module | None:
@@ -158,7 +194,11 @@ class Strategy(StrategyCollectives, StrategyCheckpointing, StrategyHooks, ABC):
 
     @property
     def restore_checkpoint_after_setup(self) -> bool:
-        """Whether to restore checkpoints after :meth:`setup` (sharded models must exist first)."""
+        """Whether the strategy's checkpoint state exists only after :meth:`setup` (sharded models).
+
+        phalanx always restores after setup; when this is True the Trainer also leaves checking a
+        checkpoint against the model to the strategy (FSDP and DeepSpeed compare shard layouts).
+        """
         return False
 
     @property
@@ -177,12 +217,27 @@ class Strategy(StrategyCollectives, StrategyCheckpointing, StrategyHooks, ABC):
         """Lightning's name for :attr:`restore_optimizer`."""
         return self.restore_optimizer
 
+    def configure(self, config: StrategyConfiguration) -> None:
+        """Take what the Trainer resolved; called once per Trainer, before anything is launched.
+
+        The base fills the accelerator (unless one was given), the precision and the checkpoint IO
+        (when ``Trainer(plugins=...)`` holds one). Parallel strategies also take devices, nodes and
+        the cluster environment and build their launcher here. Override to validate further, calling
+        ``super().configure(config)`` first; raise ``MisconfigurationError`` naming the fix.
+        """
+        if self._accelerator is None:
+            self._accelerator = config.accelerator
+        self.precision_plugin = config.precision_plugin
+        if config.checkpoint_io is not None:
+            self.checkpoint_io = config.checkpoint_io
+
     def connect(self, model: nn.Module) -> None:
         """Remember the Module to train; it is also the model until :meth:`setup` wraps it."""
         self._module = model
         self._model = model
 
-    def _default_accelerator(self) -> Accelerator:
+    def default_accelerator(self) -> Accelerator:
+        """The accelerator used when none is given: the built-in one for :attr:`root_device`'s type."""
         from phalanx.accelerators import CPUAccelerator, CUDAAccelerator, MPSAccelerator
 
         choices: dict[str, type[Accelerator]] = {
@@ -199,12 +254,14 @@ class Strategy(StrategyCollectives, StrategyCheckpointing, StrategyHooks, ABC):
             raise MisconfigurationError(msg)
         return choices[device_type]()
 
-    def _require_accelerator(self) -> Accelerator:
+    def require_accelerator(self) -> Accelerator:
+        """The accelerator, choosing :meth:`default_accelerator` if none was set."""
         if self._accelerator is None:
-            self._accelerator = self._default_accelerator()
+            self._accelerator = self.default_accelerator()
         return self._accelerator
 
-    def _require_module(self) -> nn.Module:
+    def require_module(self) -> nn.Module:
+        """The connected Module; raises a clear error before :meth:`connect` was called."""
         if self._module is None:
             msg = (
                 f"{type(self).__name__} has no model yet; call strategy.connect(module) first "
@@ -215,30 +272,42 @@ class Strategy(StrategyCollectives, StrategyCheckpointing, StrategyHooks, ABC):
 
     def setup_environment(self) -> None:
         """Select this process's device before the model is built (parallel: process group too)."""
-        self._require_accelerator().setup_device(self.root_device)
+        self.require_accelerator().setup_device(self.root_device)
 
     def setup(self, trainer: Any) -> None:
-        """Prepare everything for a run: accelerator, precision, device placement, optimizers.
+        """Prepare everything for a run: accelerator, precision, device placement, wrapper, optimizers.
 
-        Order matters: the model is converted and moved before optimizers are created, so the
+        A template: override :meth:`model_to_device` and :meth:`wrap_model` rather than this. Order
+        matters: the model is converted, moved and wrapped before optimizers are created, so the
         optimizers reference the final parameters; optimizers are only built when fitting
         (``trainer.training``), since evaluation needs none.
         """
-        self._require_accelerator().setup(trainer)
-        self._require_module()
+        self.require_accelerator().setup(trainer)
+        self.require_module()
         assert self.model is not None
         self.model = self.precision_plugin.convert_module(self.model)
         self.model_to_device()
-        fitting = bool(getattr(trainer, "training", True))
+        fitting = bool(trainer.training)
+        self.model = self.wrap_model(self.model, training=fitting)
         if fitting:
             self.setup_optimizers(trainer)
         self.setup_precision_plugin()
         if fitting:
             optimizers_to_device(self.optimizers, self.root_device)
 
+    def wrap_model(self, model: nn.Module, *, training: bool) -> nn.Module:
+        """Return the model as this strategy runs it (e.g. inside DistributedDataParallel).
+
+        Called by :meth:`setup` after the model is converted and moved, before the optimizers
+        exist, with ``training=False`` for validate / test / predict. The default runs the model
+        as it is. :attr:`module` stays the user's unwrapped Module whatever this returns.
+        """
+        del training
+        return model
+
     def setup_optimizers(self, trainer: Any) -> None:
         """Create optimizers and scheduler configs from the Module's ``configure_optimizers``."""
-        module = self._require_module()
+        module = self.require_module()
         self.optimizers, self.lr_scheduler_configs = init_optimizers_and_lr_schedulers(module)
 
     def setup_precision_plugin(self) -> None:
@@ -321,13 +390,23 @@ class Strategy(StrategyCollectives, StrategyCheckpointing, StrategyHooks, ABC):
         """Context for accumulation steps that must not synchronise gradients (DDP: ``no_sync``)."""
         return nullcontext()
 
-    def _step(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        module = self._require_module()
+    @property
+    def forward_wrapper(self) -> nn.Module | None:
+        """The module whose ``__call__`` must run the Module's steps, or None to call them directly.
+
+        The default is the wrapper (:attr:`model`) when there is one. Steps are run by calling it,
+        with ``forward`` redirected to the step, so the wrapper's hooks run around the step (DDP's
+        gradient reducer, DeepSpeed's engine). FSDP2 returns the Module itself: it is its own wrapper.
+        """
         model = self.model
-        if model is None or model is module:
+        return None if model is None or model is self._module else model
+
+    def _step(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        module = self.require_module()
+        wrapper = self.forward_wrapper
+        if wrapper is None:
             return getattr(module, name)(*args, **kwargs)
-        # Through the wrapper, so DDP's reducer, FSDP's unsharding and DeepSpeed's hooks run.
-        return call_through_wrapper(model, module, name, *args, **kwargs)
+        return call_through_wrapper(wrapper, module, name, *args, **kwargs)
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         """Run the Module's ``training_step`` inside the precision's training context."""
@@ -378,14 +457,14 @@ class Strategy(StrategyCollectives, StrategyCheckpointing, StrategyHooks, ABC):
         """
         optimizers_to_device(self.optimizers, torch.device("cpu"))
         module = self._module
-        if module is not None and self.offload_module_on_teardown and self._has_non_cpu_device():
+        if module is not None and self.offload_module_on_teardown and self._runs_off_cpu():
             module.cpu()
         self.precision_plugin.teardown()
         if self._accelerator is not None:
             self._accelerator.teardown()
         self.checkpoint_io.teardown()
 
-    def _has_non_cpu_device(self) -> bool:
+    def _runs_off_cpu(self) -> bool:
         try:
             return self.root_device.type != "cpu"
         except Exception:

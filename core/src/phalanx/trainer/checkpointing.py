@@ -31,6 +31,7 @@ __all__ = [
     "find_last_checkpoint",
     "load_checkpoint",
     "resolve_ckpt_path",
+    "restore",
     "restore_module",
     "restore_rng",
     "restore_training_state",
@@ -252,6 +253,22 @@ def check_matches_module(checkpoint: dict[str, Any], module: torch.nn.Module, pa
             parts.append(f"shape mismatch {reshaped[:3]};")
         parts.append("Fix: pass a checkpoint of this model, or set module.strict_loading = False for key differences.")
         raise CheckpointError(" ".join(parts))
+
+
+def restore(trainer: Trainer, path: str, *, fn: str, fitting: bool) -> None:
+    """The one restore path, run after ``strategy.setup``: read, check, load weights, then the rest.
+
+    After setup every strategy's model and optimizers exist in their final (wrapped, sharded)
+    form, so a sharded strategy loads straight into its shards. Strategies that restore state
+    living only in their own objects (``restore_checkpoint_after_setup``: FSDP, DeepSpeed) check
+    the checkpoint against the model themselves; for the others the Trainer does it here.
+    """
+    checkpoint = load_checkpoint(trainer, path, fn=fn)
+    if not trainer.strategy.restore_checkpoint_after_setup:
+        check_matches_module(checkpoint, trainer._require_module("restore"), path)
+    restore_module(trainer, checkpoint, path)
+    if fitting:
+        restore_training_state(trainer, checkpoint, path)
 
 
 def restore_module(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:

@@ -9,7 +9,6 @@ checkpoint IO and (for parallel strategies) devices, nodes and cluster environme
 
 from __future__ import annotations
 
-import inspect
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -95,7 +94,7 @@ def _resolve_accelerator(accelerator: Any, strategy: Any) -> Any:
     if isinstance(accelerator, Accelerator):
         return accelerator
     if accelerator == "auto":
-        given = getattr(strategy, "accelerator", None) if not isinstance(strategy, str) else None
+        given = strategy.accelerator if not isinstance(strategy, str) else None
         if given is not None:
             return given
         accelerator = select_accelerator_name()
@@ -143,23 +142,37 @@ def _precision_plugin(precision: Any, plugin: Any, strategy_given: Any) -> Any:
     return PrecisionRegistry.get(name)
 
 
-def _build_named_strategy(name: str, devices: list[Any]) -> Any:
+def _strategy_from_registry(name: str) -> Any:
+    """Instantiate the registered strategy ``name``, refusing a target that breaks the contract."""
     from phalanx.registry import StrategyRegistry
+    from phalanx.strategies.strategy import Strategy
 
     cls = StrategyRegistry.get_class(name)
-    overrides: dict[str, Any] = {}
-    try:
-        params = inspect.signature(cls).parameters
-    except (TypeError, ValueError):
-        params = {}  # type: ignore[assignment]
-    if "device" in params and "device" not in StrategyRegistry.entry(name).init_params:
-        overrides["device"] = devices[0]
-    return StrategyRegistry.get(name, **overrides)
+    source = StrategyRegistry.entry(name).source
+    where = f"registered as {name!r} by plugin {source.plugin!r}" + (
+        f" ({source.distribution})" if source.distribution else ""
+    )
+    if not (isinstance(cls, type) and issubclass(cls, Strategy)):
+        msg = (
+            f"The strategy {where} is {cls!r}, which is not a phalanx Strategy class. Fix: make it subclass "
+            "phalanx.strategies.ParallelStrategy (one process per device) or Strategy, or register the right class."
+        )
+        raise MisconfigurationError(msg)
+    missing = sorted(getattr(cls, "__abstractmethods__", ()))
+    if missing:
+        msg = (
+            f"The strategy class {cls.__qualname__} {where} does not implement {', '.join(missing)}, which the "
+            "Strategy contract requires (docs/plugins.md). Fix: implement them, or subclass "
+            "phalanx.strategies.ParallelStrategy, which implements all of them."
+        )
+        raise MisconfigurationError(msg)
+    return StrategyRegistry.get(name)
 
 
-def _set_if_empty(strategy: Any, attribute: str, value: Any) -> None:
-    if hasattr(strategy, attribute) and not getattr(strategy, attribute):
-        setattr(strategy, attribute, value)
+def _process_group_exists() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
 
 
 def resolve_strategy(
@@ -172,14 +185,15 @@ def resolve_strategy(
     plugins: list[Any],
     sync_batchnorm: bool,
 ) -> ResolvedStrategy:
-    """Build the configured strategy.
+    """Build the strategy and configure it with one :class:`StrategyConfiguration`.
 
     Raises:
-        MisconfigurationError: Invalid or conflicting values.
+        MisconfigurationError: Invalid or conflicting values, or a world that nothing would launch.
         UnknownNameError: An unregistered accelerator/strategy/precision name.
         PluginUnavailableError: The name belongs to a plugin that is not installed or usable.
     """
     from phalanx.plugins import select_strategy_name
+    from phalanx.strategies.configuration import StrategyConfiguration
     from phalanx.strategies.strategy import Strategy
 
     if not isinstance(strategy, (str, Strategy)):
@@ -196,37 +210,36 @@ def resolve_strategy(
     interactive = is_interactive()
     if isinstance(strategy, Strategy):
         instance, name = strategy, type(strategy).strategy_name or type(strategy).__name__
-        given_precision = getattr(strategy, "_precision_plugin", None)
     else:
         name = strategy
         if strategy == "auto":
             name = select_strategy_name(
                 accelerator=acc_name, num_devices=num_devices, num_nodes=num_nodes, interactive=interactive
             )
-        instance = _build_named_strategy(name, parallel_devices)
-        given_precision = getattr(instance, "_precision_plugin", None)
-    if not hasattr(instance, "parallel_devices") and num_devices * num_nodes > 1:
+        instance = _strategy_from_registry(name)
+    given_precision = instance.precision_plugin if instance.has_precision_plugin else None
+    config = StrategyConfiguration(
+        strategy_name=name,
+        accelerator=acc,
+        parallel_devices=tuple(parallel_devices),
+        num_nodes=num_nodes,
+        precision_plugin=_precision_plugin(precision, precision_plugin, given_precision),
+        checkpoint_io=checkpoint_io,
+        cluster_environment=environment,
+        sync_batchnorm=sync_batchnorm,
+        devices=devices,
+    )
+    instance.configure(config)
+    launcher = instance.launcher
+    if config.num_processes > 1 and launcher is None and not _process_group_exists():
         msg = (
-            f"Trainer(strategy={name!r}) runs one process on one device, but devices={devices!r} and "
-            f"num_nodes={num_nodes} ask for {num_devices * num_nodes}. Use strategy='auto' or 'ddp', or devices=1."
+            f"Trainer(strategy={name!r}) was asked for {config.num_processes} processes (devices={devices!r}, "
+            f"num_nodes={num_nodes}), but {type(instance).__name__} has no launcher to start them and no process "
+            "group exists, so training would silently run in one process. Fix: subclass "
+            "phalanx.strategies.ParallelStrategy (it launches and joins the process group itself), return a "
+            "Launcher from the strategy's `launcher`, or start the job with torchrun."
         )
         raise MisconfigurationError(msg)
-    if instance.accelerator is None:
-        instance.accelerator = acc
-    instance.precision_plugin = _precision_plugin(precision, precision_plugin, given_precision)
-    if checkpoint_io is not None:
-        instance.checkpoint_io = checkpoint_io
-    _set_if_empty(instance, "parallel_devices", parallel_devices)
-    if hasattr(instance, "num_nodes"):
-        instance.num_nodes = num_nodes
-    if environment is not None and hasattr(instance, "cluster_environment"):
-        instance.cluster_environment = environment
-    if sync_batchnorm and hasattr(instance, "sync_batchnorm"):
-        instance.sync_batchnorm = True
-    for method in ("_configure_launcher", "set_world_ranks"):
-        if callable(getattr(instance, method, None)):
-            getattr(instance, method)()
-    launcher = instance.launcher
     if interactive and launcher is not None and not launcher.is_interactive_compatible:
         msg = (
             f"Trainer(strategy={name!r}) re-runs a script per process and cannot work in this interactive "

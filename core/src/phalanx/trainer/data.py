@@ -125,20 +125,15 @@ def _rebuildable(loader: Any) -> bool:
 def prepare_loader(loader: Any, strategy: Any, *, use_distributed_sampler: bool, shuffle: bool | None = None) -> Any:
     """Shard the data when several processes share it, then let the strategy wrap the loader.
 
-    The sampler injection is the strategy's (``_inject_distributed_sampler``), so phalanx shards
-    exactly like a hand-written ``DistributedSampler(seed=0)`` loop; ``shuffle=None`` keeps the
-    loader's own choice (a RandomSampler shuffles).
+    The shard comes from the strategy's ``distributed_sampler_kwargs`` (None: every process reads
+    everything), so phalanx shards exactly like a hand-written ``DistributedSampler(seed=0)`` loop;
+    ``shuffle=None`` keeps the loader's own choice (a RandomSampler shuffles).
     """
-    world_size = int(getattr(strategy, "world_size", 1) or 1)
-    if use_distributed_sampler and world_size > 1:
-        inject = getattr(strategy, "_inject_distributed_sampler", None)
-        if callable(inject):
-            loader = inject(loader, shuffle)
-        else:
-            from phalanx.strategies._distributed import inject_distributed_sampler
+    shard = strategy.distributed_sampler_kwargs
+    if use_distributed_sampler and shard is not None and shard["num_replicas"] > 1:
+        from phalanx.strategies._distributed import inject_distributed_sampler
 
-            rank = int(getattr(strategy, "global_rank", 0))
-            loader = inject_distributed_sampler(loader, shuffle, num_replicas=world_size, rank=rank)
+        loader = inject_distributed_sampler(loader, shuffle, **shard)
     return strategy.process_dataloader(loader)
 
 

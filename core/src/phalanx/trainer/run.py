@@ -182,26 +182,15 @@ def run_stage(
                 with strategy.tensor_init_context(), strategy.model_sharded_context():
                     module.configure_model()
             trainer._current_fx = None
-            checkpoint = None
-            if ckpt_path is not None:
-                checkpoint = checkpointing.load_checkpoint(trainer, ckpt_path, fn=stage)
-                if not strategy.restore_checkpoint_after_setup:
-                    checkpointing.check_matches_module(checkpoint, module, ckpt_path)
-                    checkpointing.restore_module(trainer, checkpoint, ckpt_path)
             _setup_data(trainer, fn, module, loaders)
-            if trainer.sync_batchnorm and trainer.world_size > 1 and not hasattr(strategy, "sync_batchnorm"):
-                strategy.model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(strategy.model)
             strategy.setup(trainer)
             trainer._optimizers = list(strategy.optimizers)
             trainer._wrapped_optimizers = [StepOptimizer(opt, trainer) for opt in trainer._optimizers]
             if fn is TrainerFn.FITTING:
                 _check_optimizers(trainer, module)
-            if checkpoint is not None:
-                if strategy.restore_checkpoint_after_setup:
-                    checkpointing.restore_module(trainer, checkpoint, ckpt_path)  # type: ignore[arg-type]
-                if fn is TrainerFn.FITTING:
-                    checkpointing.restore_training_state(trainer, checkpoint, ckpt_path)  # type: ignore[arg-type]
-                del checkpoint
+            if ckpt_path is not None:
+                # One restore path, after setup: sharded strategies load straight into their shards.
+                checkpointing.restore(trainer, ckpt_path, fn=stage, fitting=fn is TrainerFn.FITTING)
             result = _run_loop(trainer, fn, options)
     except BaseException as exception:
         trainer.state.status = "interrupted"

@@ -143,27 +143,27 @@ class Trainer(HookDispatch):
     @property
     def precision(self) -> str:
         """The canonical precision name, e.g. ``"bf16-mixed"``."""
-        return str(getattr(self._strategy.precision_plugin, "precision", "32-true"))
+        return str(self._strategy.precision_plugin.precision)
 
     @property
     def global_rank(self) -> int:
         """Rank of this process among all processes."""
-        return int(getattr(self._strategy, "global_rank", 0))
+        return self._strategy.global_rank
 
     @property
     def local_rank(self) -> int:
         """Rank of this process on its machine."""
-        return int(getattr(self._strategy, "local_rank", 0))
+        return self._strategy.local_rank
 
     @property
     def node_rank(self) -> int:
         """Index of this process's machine."""
-        return int(getattr(self._strategy, "node_rank", 0))
+        return self._strategy.node_rank
 
     @property
     def world_size(self) -> int:
         """Number of processes taking part."""
-        return int(getattr(self._strategy, "world_size", 1))
+        return self._strategy.world_size
 
     @property
     def is_global_zero(self) -> bool:

@@ -15,8 +15,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from common import PhalanxNet, loader, trainer_kwargs, write_json
+from common import PhalanxNet, loader, state_to_lists, trainer_kwargs, write_json
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 import phalanx
@@ -48,7 +49,13 @@ class Recorder(PhalanxNet):
             "backend": dist.get_backend(),
             "pg_timeout_s": _pg_timeout_seconds(),
             "weights": [p.detach().flatten().tolist() for p in self.parameters()],
+            "initial": self._initial,
+            "final": state_to_lists(self.state_dict()),
+            "threads": torch.get_num_threads(),
         }
+
+    def on_train_start(self) -> None:
+        self._initial = state_to_lists(self.state_dict())  # after DDP's broadcast from rank 0
 
     def on_train_end(self) -> None:
         write_json(os.path.join(OUT, f"{self.scenario}.rank{self.trainer.global_rank}.json"), self.facts())
@@ -133,6 +140,16 @@ class Collectives(Recorder):
         gathered = s.all_gather(x, sync_grads=True)
         gathered.sum().backward()
         s.barrier("check")
+        # Gradients of a rank-specific loss: kept local inside block_backward_sync, averaged outside.
+        weight = self.net[0].weight
+        scale = float(rank + 1)
+        with s.block_backward_sync():
+            s.model(torch.ones(2, 8)).sum().mul(scale).backward()
+        local = s.all_gather(weight.grad.clone())
+        weight.grad = None
+        s.model(torch.ones(2, 8)).sum().mul(scale).backward()
+        synced = s.all_gather(weight.grad.clone())
+        self.zero_grad(set_to_none=True)
         self._facts = {
             "all_gather": s.all_gather(torch.tensor([rank, 10 + rank])).tolist(),
             "sum": s.reduce(torch.tensor(rank + 1.0), reduce_op="sum").item(),
@@ -145,10 +162,37 @@ class Collectives(Recorder):
             "any_true": s.reduce_boolean_decision(rank == 0, all=False),
             "grad": x.grad.tolist() if x.grad is not None else None,
             "sampler": s.distributed_sampler_kwargs,
+            "no_sync_ranks_differ": not torch.equal(local[0], local[1]),
+            "no_sync_is_local": torch.equal(local[1], 2 * local[0]),
+            "synced_ranks_equal": torch.equal(synced[0], synced[1]),
+            "synced_is_mean": torch.allclose(synced[0], 1.5 * local[0], rtol=1e-6, atol=0),
         }
 
     def facts(self) -> dict[str, Any]:
         return self._facts
+
+
+class Compressed(Recorder):
+    scenario = "compressed"
+
+
+class Threads(Recorder):
+    scenario = "threads"
+
+
+class EvalOnly(PhalanxNet):
+    """Rank 1 builds different weights; evaluation must still run rank 0's model on every rank."""
+
+    def configure_model(self) -> None:
+        if self.trainer.global_rank == 1:
+            with torch.no_grad():
+                for parameter in self.parameters():
+                    parameter.add_(1.0)
+
+    def on_validation_end(self) -> None:
+        write_json(
+            os.path.join(OUT, f"eval.rank{self.trainer.global_rank}.json"), {"state": state_to_lists(self.state_dict())}
+        )
 
 
 class Unpicklable(PhalanxNet):
@@ -190,6 +234,29 @@ if __name__ == "__main__":
     registered.register_ddp_comm_hook(counting_hook, HOOK_STATE)
     fit(RegisteredHook(), registered)
     fit(Custom(), CustomDDPStrategy(start_method="fork"))
+    fit(
+        Compressed(),
+        DDPStrategy(
+            start_method="fork",
+            ddp_comm_hook=default_hooks.allreduce_hook,
+            ddp_comm_wrapper=default_hooks.fp16_compress_wrapper,
+        ),
+    )
+    # No OMP_NUM_THREADS: the strategy shares the cores between the 2 local processes (as torchrun).
+    omp, threads = os.environ.pop("OMP_NUM_THREADS", None), torch.get_num_threads()
+    cores = len(os.sched_getaffinity(0))
+    torch.set_num_threads(cores)  # what this process would have had without OMP_NUM_THREADS
+    try:
+        fit(Threads(), "ddp_fork")
+    finally:
+        if omp is not None:
+            os.environ["OMP_NUM_THREADS"] = omp
+        torch.set_num_threads(threads)
+    main["cores"] = cores
+    evaluated = EvalOnly()
+    main["eval_state"] = state_to_lists(evaluated.state_dict())
+    eval_trainer = phalanx.Trainer(**trainer_kwargs(devices=2, strategy="ddp_fork"))
+    main["eval"] = eval_trainer.validate(evaluated, loader(), verbose=False)
     fit(Collectives(), "ddp_fork")
     try:
         fit(Unpicklable(), "ddp_spawn")

@@ -1,4 +1,4 @@
-"""Process-group backend choice and validation for DDPStrategy.
+"""Process-group backend choice and validation, and process-group lifetime, for ParallelStrategy.
 
 An unknown backend name would otherwise surface as an obscure error from inside
 ``init_process_group`` after every rank has started; checking at construction fails fast and says
@@ -12,7 +12,9 @@ import torch.distributed as dist
 
 from phalanx.errors import MisconfigurationError, closest_match
 
-__all__ = ["default_backend", "validate_backend", "validate_backend_for_device"]
+__all__ = ["default_backend", "destroy_process_group_at_exit", "validate_backend", "validate_backend_for_device"]
+
+_exit_hook_registered = False
 
 
 def _known_backends() -> list[str]:
@@ -73,3 +75,22 @@ def validate_backend_for_device(backend: str, device: torch.device) -> None:
                 "or install a torch build with it."
             )
             raise MisconfigurationError(msg)
+
+
+def _destroy_at_exit() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def destroy_process_group_at_exit() -> None:
+    """Destroy the default process group when the interpreter exits instead of now (idempotent).
+
+    A sharded module's parameters are DTensors bound to the group; destroying it at the end of a
+    run would leave the user's model unusable (no forward, no checkpoint, no ``trainer.test``).
+    """
+    global _exit_hook_registered
+    if not _exit_hook_registered:
+        import atexit
+
+        atexit.register(_destroy_at_exit)
+        _exit_hook_registered = True
