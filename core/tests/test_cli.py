@@ -1,4 +1,4 @@
-"""The `phalanx` command: JSON shapes, help texts, problem reporting, and no torch import."""
+"""The `phalanx` command: JSON shapes, help texts, tables that fit, bad input, env, doctor."""
 
 from __future__ import annotations
 
@@ -37,7 +37,9 @@ def test_plugins_json_shape(capsys: pytest.CaptureFixture[str]) -> None:
     assert builtin["provides"]["precision"] == ["32-true", "64-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"]
 
 
-@pytest.mark.parametrize("args", [[], ["--help"], ["strategies", "--help"], ["plugins", "--help"], ["env", "--help"]])
+@pytest.mark.parametrize(
+    "args", [[], ["--help"], ["strategies", "--help"], ["plugins", "--help"], ["env", "--help"], ["doctor", "--help"]]
+)
 def test_help_texts(args: list[str]) -> None:
     result = _run(*args)
     assert result.returncode == 0
@@ -53,17 +55,28 @@ def test_listing_does_not_import_torch() -> None:
     assert result.stdout.strip().splitlines()[-1] == "False"
 
 
-def test_env_reports_versions_and_backends() -> None:
-    result = _run("env")
+@pytest.mark.parametrize("flag", [[], ["--torch"]])
+def test_env_reports_versions_and_backends(flag: list[str]) -> None:
+    import torch
+
+    result = _run("env", *flag)
     assert result.returncode == 0, result.stderr
-    assert "torch" in result.stdout and "gloo" in result.stdout and "builtin" in result.stdout
+    assert f"torch          {torch.__version__}" in result.stdout
+    assert "gloo" in result.stdout and "builtin" in result.stdout
+
+
+def test_env_does_not_import_torch() -> None:
+    code = "import sys, phalanx.cli; phalanx.cli.main(['env']); print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert result.stdout.strip().splitlines()[-1] == "False"
 
 
 def test_broken_plugin_is_shown_with_its_reason(site_packages: SitePackages) -> None:
     site_packages.add("phalanx-fake-cli-broken", module_source="import phalanx_this_does_not_exist\n")
     result = _run("strategies")
     assert result.returncode == 0
-    assert "phalanx-fake-cli-broken" in result.stdout and "failed" in result.stdout
-    assert "No module named 'phalanx_this_does_not_exist'" in result.stdout
+    text = " ".join(result.stdout.split())  # long reasons are wrapped to the terminal's width
+    assert "phalanx-fake-cli-broken" in text and "failed" in text
+    assert "No module named 'phalanx_this_does_not_exist'" in text
     plugins = {p["entry_point"]: p for p in json.loads(_run("plugins", "--json").stdout)}
     assert plugins["phalanx-fake-cli-broken"]["status"] == "failed"

@@ -1,117 +1,86 @@
 """The ``phalanx`` command: what is installed, whether it works, and checkpoint tools.
 
-``phalanx strategies`` and ``phalanx plugins`` read only entry points and distribution metadata,
-never torch, so they answer instantly even on a machine where importing torch takes seconds.
+``phalanx strategies``, ``phalanx plugins`` and ``phalanx env`` read entry points, distribution
+metadata and a few files, never importing torch, so they answer in a fraction of a second even
+where importing torch takes seconds. ``phalanx doctor`` runs real processes and takes longer.
+Bad input (an unknown command, option or strategy name) prints the usage line, the closest match
+and exits with status 2, like any argparse program.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
+import difflib
+import re
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import NoReturn
 
 __all__ = ["main"]
 
 
-def _strategy_rows() -> list[dict[str, Any]]:
-    from phalanx.registry import StrategyRegistry
-
-    rows = []
-    for entry in StrategyRegistry.entries():
-        reason = entry.unavailable_reason()
-        rows.append(
-            {
-                "name": entry.name,
-                "description": entry.description,
-                "plugin": entry.source.plugin,
-                "distribution": entry.source.distribution,
-                "version": entry.source.version,
-                "target": entry.target_path,
-                "available": reason is None,
-                "reason": reason,
-            }
-        )
-    return rows
+def _nearest(value: str, choices: Iterable[str]) -> str | None:
+    """The choice most like ``value``: a close match if there is one, else the least distant."""
+    options = list(choices)
+    for cutoff in (0.6, 0.0):
+        found = difflib.get_close_matches(value, options, n=1, cutoff=cutoff)
+        if found:
+            return found[0]
+    return None
 
 
-def _print_table(rows: list[list[str]], header: list[str]) -> None:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip())
+class _Parser(argparse.ArgumentParser):
+    """argparse, plus the closest valid command or option in every "invalid" error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}{self._hint(message)}\n")
+
+    def _hint(self, message: str) -> str:
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice:
+            options = re.findall(r"'([^']*)'", choice.group(2)) or [c.strip() for c in choice.group(2).split(",")]
+            nearest = _nearest(choice.group(1), options)
+            return f"; closest match: {nearest!r}" if nearest else ""
+        unknown = re.search(r"unrecognized arguments: (\S+)", message)
+        if unknown:
+            options = [opt for action in self._actions for opt in action.option_strings]
+            nearest = _nearest(unknown.group(1), options)
+            return f"; closest match: {nearest!r} (see {self.prog} --help)" if nearest else f" (see {self.prog} --help)"
+        return ""
 
 
 def _cmd_strategies(args: argparse.Namespace) -> int:
-    rows = _strategy_rows()
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    table = [
-        [r["name"], "yes" if r["available"] else "no", f"{r['distribution'] or r['plugin']} {r['version'] or ''}".strip(), r["description"]]
-        for r in rows
-    ]
-    _print_table(table, ["NAME", "AVAILABLE", "FROM", "DESCRIPTION"])
-    for row in rows:
-        if not row["available"]:
-            print(f"\n{row['name']}: {row['reason']}")
-    _print_plugin_problems()
-    return 0
+    from phalanx._cli.listing import print_strategies
 
-
-def _print_plugin_problems() -> None:
-    from phalanx.plugins import plugin_records
-
-    bad = [r for r in plugin_records() if r.status != "loaded"]
-    for record in bad:
-        print(f"\nplugin {record.name!r} ({record.distribution or 'unknown distribution'}) {record.status}: {record.reason}")
+    return print_strategies(show_all=args.all, as_json=args.json)
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
-    from phalanx.plugins import plugin_records
+    from phalanx._cli.listing import print_plugins
 
-    records = plugin_records()
-    if args.json:
-        print(json.dumps([r.as_dict() for r in records], indent=2))
-        return 0
-    table = []
-    for record in records:
-        provides = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in record.provides.items())
-        table.append([record.name, f"{record.distribution or '?'} {record.version or ''}".strip(), record.status, provides or "-"])
-    _print_table(table, ["ENTRY POINT", "DISTRIBUTION", "STATUS", "PROVIDES"])
-    for record in records:
-        if record.reason:
-            print(f"\n{record.name}: {record.reason}")
-    return 0
+    return print_plugins(as_json=args.json)
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
-    del args
-    from phalanx import __version__
-    from phalanx.plugins import plugin_records
+    from phalanx._cli.env import print_env
 
-    print(f"phalanx-core   {__version__}")
-    print(f"python         {platform.python_version()} ({sys.executable})".replace(sys.prefix, "<prefix>"))
-    print(f"platform       {platform.platform()}")
-    try:
-        import torch
-        import torch.distributed as dist
-    except ImportError as err:
-        print(f"torch          not importable: {err}")
-    else:
-        print(f"torch          {torch.__version__}")
-        cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        print(f"cuda devices   {cuda}" + (f" ({torch.cuda.get_device_name(0)})" if cuda else ""))
-        mps = getattr(torch.backends, "mps", None)
-        print(f"mps            {'available' if mps is not None and mps.is_available() else 'not available'}")
-        backends = [name for name, ok in (("gloo", dist.is_gloo_available()), ("nccl", dist.is_nccl_available()), ("mpi", dist.is_mpi_available())) if ok]
-        print(f"backends       {', '.join(backends) or 'none'}")
-    print("plugins")
-    for record in plugin_records():
-        line = f"  {record.name:<14} {record.status:<12} {record.distribution or '?'} {record.version or ''}"
-        print(line.rstrip() + (f" - {record.reason}" if record.reason else ""))
-    return 0
+    return print_env(import_torch=args.torch)
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from phalanx._cli.doctor import doctor_names, run_doctor
+    from phalanx.registry import StrategyRegistry
+
+    names = args.strategy or doctor_names(include_variants=args.all)
+    for name in names:
+        if name not in StrategyRegistry:
+            nearest = _nearest(name, StrategyRegistry.names())
+            args.parser.error(
+                f"argument --strategy: unknown strategy {name!r}; closest match: {nearest!r}. "
+                "Choose a name from `phalanx strategies --all`."
+            )
+    return run_doctor(names, accelerator=args.accelerator, timeout=args.timeout)
 
 
 def _cmd_checkpoint_convert(args: argparse.Namespace) -> int:
@@ -127,38 +96,87 @@ def _cmd_checkpoint_convert(args: argparse.Namespace) -> int:
     return 0
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _positive_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if seconds <= 0:
+        msg = f"{value!r} is not a positive number of seconds; pass e.g. --timeout 120"
+        raise argparse.ArgumentTypeError(msg)
+    return seconds
+
+
+def _add_doctor(sub: argparse._SubParsersAction[_Parser]) -> None:
+    doctor = sub.add_parser(
+        "doctor",
+        help="check that this machine can train: a 2-process gloo all-reduce and a tiny fit per strategy",
+        description=(
+            "Run a real 2-process gloo all-reduce, then a tiny fit (12 SGD steps of linear regression; 2 processes "
+            "for parallel strategies) under each installed strategy, and print pass / fail / skipped (with the "
+            "reason) per check. Exits 1 if any check failed. Every check runs in fresh processes with a timeout "
+            "and leaves none behind."
+        ),
+    )
+    doctor.add_argument(
+        "--strategy",
+        action="append",
+        metavar="NAME",
+        help="check only this strategy (repeatable); default: every base name `phalanx strategies` lists",
+    )
+    doctor.add_argument("--all", action="store_true", help="also check every variant (e.g. ddp_find_unused_parameters_true)")
+    doctor.add_argument("--accelerator", default="cpu", help='accelerator for the fits: "cpu" (default), "cuda", "mps" or "auto"')
+    doctor.add_argument("--timeout", type=_positive_seconds, default=180.0, help="seconds allowed per check (default 180)")
+    doctor.set_defaults(func=_cmd_doctor, parser=doctor)
+
+
+def _build_parser() -> tuple[_Parser, dict[str, _Parser]]:
     from phalanx import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="phalanx",
-        description="Inspect phalanx's installed strategies and plugins, and convert checkpoints.",
+        description="Inspect phalanx's installed strategies and plugins, check the machine, and convert checkpoints.",
         epilog="Plugins are packages exposing an entry point in the 'phalanx' group; block one with PHALANX_DISABLE_PLUGINS=name.",
     )
     parser.add_argument("--version", action="version", version=f"phalanx-core {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     strategies = sub.add_parser(
         "strategies",
         help="list registered strategy names, where they come from and whether they can be used",
-        description="List every registered strategy: name, availability (and why not), plugin, distribution and description. Does not import torch.",
+        description=(
+            "List the registered strategies: name, whether it can be used here (and why not), the plugin that "
+            "registers it and a one-line description. Variants of a name (same class, extra settings, e.g. "
+            "ddp_find_unused_parameters_true) are folded under it; --all lists every name. Does not import torch."
+        ),
     )
-    strategies.add_argument("--json", action="store_true", help="print JSON objects with keys name, description, plugin, distribution, version, target, available, reason")
+    strategies.add_argument("--all", action="store_true", help="list every name, variants included")
+    strategies.add_argument(
+        "--json",
+        action="store_true",
+        help="print every name as JSON objects with keys name, description, plugin, distribution, version, target, available, reason",
+    )
     strategies.set_defaults(func=_cmd_strategies)
     plugins = sub.add_parser(
         "plugins",
         help="list discovered plugins with their status and what they provide",
-        description="List every entry point of the 'phalanx' group: distribution, version, hooks, what it registers and its status (loaded, blocked, incompatible, failed) with the reason.",
+        description="List every entry point of the 'phalanx' group: distribution, version, what it registers and its status (loaded, blocked, incompatible, failed) with the reason.",
     )
     plugins.add_argument("--json", action="store_true", help="print JSON objects with keys entry_point, value, distribution, version, status, reason, hooks, provides")
     plugins.set_defaults(func=_cmd_plugins)
     env = sub.add_parser(
         "env",
         help="show versions, devices, distributed backends and plugin health",
-        description="Show Python, torch and phalanx versions, visible devices, available torch.distributed backends and the health of every plugin. Imports torch.",
+        description=(
+            "Show Python, torch and phalanx versions, visible devices, the torch.distributed backends and the health "
+            "of every plugin, from metadata and files without importing torch (well under a second). --torch imports "
+            "torch and asks it instead."
+        ),
     )
+    env.add_argument("--torch", action="store_true", help="import torch to check devices and backends (takes as long as importing torch)")
     env.set_defaults(func=_cmd_env)
+    _add_doctor(sub)
     checkpoint = sub.add_parser("checkpoint", help="checkpoint tools (convert)", description="Checkpoint tools.")
-    checkpoint_sub = checkpoint.add_subparsers(dest="checkpoint_command", metavar="COMMAND", required=True)
+    checkpoint_sub = checkpoint.add_subparsers(dest="checkpoint_command", metavar="COMMAND", required=True, parser_class=_Parser)
     convert = checkpoint_sub.add_parser(
         "convert",
         help="turn any strategy's checkpoint into one portable file",
@@ -170,13 +188,17 @@ def _build_parser() -> argparse.ArgumentParser:
     convert.add_argument("source", help="checkpoint file or directory to read")
     convert.add_argument("destination", help="path of the portable file to write (written atomically)")
     convert.set_defaults(func=_cmd_checkpoint_convert)
-    return parser
+    commands = {name: p for name, p in sub.choices.items()} | {"checkpoint convert": convert}
+    return parser, commands
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``phalanx`` console script."""
-    parser = _build_parser()
-    args = parser.parse_args(argv)
+    """Entry point of the ``phalanx`` console script; returns the exit status."""
+    parser, commands = _build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        command = " ".join(part for part in (args.command, getattr(args, "checkpoint_command", None)) if part)
+        commands.get(command, parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 0
