@@ -7,7 +7,7 @@ import torch
 from plugin_fixtures import SitePackages
 
 from phalanx import plugins
-from phalanx.errors import CheckpointError, MisconfigurationError
+from phalanx.errors import CheckpointError, MisconfigurationError, PluginHookError
 
 TORCHRUN_VARS = {"RANK": "1", "GROUP_RANK": "0", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "x", "WORLD_SIZE": "2"}
 
@@ -86,3 +86,79 @@ def test_convert_rejects_unknown_input(tmp_path) -> None:  # type: ignore[no-unt
     torch.save({"weight": torch.zeros(1)}, not_phalanx)
     with pytest.raises(CheckpointError, match="no 'state_dict' key"):
         plugins.convert_checkpoint(str(not_phalanx), str(tmp_path / "out.ckpt"))
+
+
+def test_wrapper_hookimpl_sees_and_replaces_the_decision(site_packages: SitePackages) -> None:
+    source = """
+from phalanx import hookimpl
+
+@hookimpl(wrapper=True)
+def phalanx_select_strategy(num_devices):
+    chosen = yield  # what the other plugins decided
+    return "vendor_ddp" if chosen == "ddp" else chosen
+"""
+    site_packages.add("phalanx-fake-wrapper", module_source=source)
+    assert plugins.select_strategy_name(accelerator="cpu", num_devices=2, num_nodes=1, interactive=False) == "vendor_ddp"
+    assert plugins.select_strategy_name(accelerator="cpu", num_devices=1, num_nodes=1, interactive=False) == "single_device"
+    assert plugins.select_strategy_name(accelerator="cpu", num_devices=2, num_nodes=1, interactive=True) == "ddp_notebook"
+
+
+def test_old_style_hookwrapper_can_force_the_decision(site_packages: SitePackages) -> None:
+    source = """
+from phalanx import hookimpl
+
+@hookimpl(hookwrapper=True)
+def phalanx_select_accelerator():
+    outcome = yield
+    if outcome.get_result() == "cpu":
+        outcome.force_result("npu")
+"""
+    site_packages.add("phalanx-fake-oldwrap", module_source=source)
+    assert plugins.select_accelerator_name() == ("cuda" if torch.cuda.is_available() else "npu")
+
+
+RAISES = """
+from phalanx import hookimpl
+
+def _look_up(num_devices):
+    return {{}}[num_devices]  # the error is raised in a helper the hook calls
+
+@hookimpl(tryfirst=True)
+def phalanx_select_strategy(num_devices):
+    return _look_up(num_devices)
+"""
+
+PASS_THROUGH_WRAPPER = """
+from phalanx import hookimpl
+
+@hookimpl(wrapper=True)
+def phalanx_select_strategy():
+    return (yield)
+"""
+
+
+def test_raise_under_a_wrapper_names_the_plugin_that_raised(site_packages: SitePackages) -> None:
+    site_packages.add("phalanx-fake-wraps", module_source=PASS_THROUGH_WRAPPER)
+    site_packages.add("phalanx-fake-raises", module_source=RAISES.format())
+    with pytest.raises(PluginHookError) as info:
+        plugins.select_strategy_name(accelerator="cpu", num_devices=3, num_nodes=1, interactive=False)
+    text = str(info.value)
+    assert "Plugin 'phalanx-fake-raises' failed in phalanx_select_strategy(" in text
+    assert "KeyError: 3" in text and "PHALANX_DISABLE_PLUGINS=phalanx-fake-raises" in text
+    assert "phalanx-fake-wraps" not in text
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+def test_a_wrapper_that_raises_is_named_itself(site_packages: SitePackages) -> None:
+    source = """
+from phalanx import hookimpl
+
+@hookimpl(wrapper=True)
+def phalanx_detect_cluster_environment():
+    found = yield
+    raise RuntimeError(f"refusing {found}")
+"""
+    site_packages.add("phalanx-fake-badwrap", module_source=source)
+    with pytest.raises(PluginHookError, match=r"Plugin 'phalanx-fake-badwrap' failed in phalanx_detect_cluster_environment\(\): RuntimeError: refusing"):
+        plugins.detect_cluster_environment()
+    assert plugins.select_accelerator_name() in {"cpu", "cuda"}  # other hooks keep working

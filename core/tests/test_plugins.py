@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from plugin_fixtures import SitePackages
 
-from phalanx import plugins
-from phalanx.errors import PhalanxError, PluginUnavailableError
+from phalanx import _metadata, plugins
+from phalanx.errors import PhalanxError, PluginUnavailableError, UnknownNameError
 from phalanx.registry import PrecisionRegistry, StrategyRegistry
 
 GOOD = """
@@ -170,9 +170,105 @@ def phalanx_register_stratgies(registry):
     pass
 """
     site_packages.add("phalanx-fake-typo", module_source=source)
+    _good(site_packages)
     record = _record("phalanx-fake-typo")
     assert record.status == "failed"
-    assert "phalanx_register_stratgies" in (record.reason or "")
+    reason = record.reason or ""
+    assert "'phalanx_register_stratgies' (did you mean 'phalanx_register_strategies'?)" in reason
+    assert "fix: rename it" in reason and "optionalhook=True" in reason
+    assert "vendor" in StrategyRegistry  # every other plugin keeps working
+
+
+def test_unknown_hook_marked_optional_is_ignored(site_packages: SitePackages) -> None:
+    source = GOOD.replace("{module}", "phalanx_fake_newer") + """
+@hookimpl(optionalhook=True)
+def phalanx_hook_of_a_newer_core(registry):
+    pass
+"""
+    site_packages.add("phalanx-fake-newer", module_source=source)
+    assert _record("phalanx-fake-newer").status == "loaded"
+    assert "vendor" in StrategyRegistry
+
+
+def test_hookimpl_taking_an_argument_the_hook_does_not_pass(site_packages: SitePackages) -> None:
+    source = GOOD.replace("{module}", "phalanx_fake_badsig").replace('"vendor"', '"badsig"') + """
+@hookimpl
+def phalanx_select_strategy(accelerator, devices):
+    return "badsig"
+"""
+    site_packages.add("phalanx-fake-badsig", module_source=source)
+    _good(site_packages)
+    record = _record("phalanx-fake-badsig")
+    assert record.status == "failed"
+    reason = record.reason or ""
+    assert "\n" not in reason
+    assert "hook phalanx_select_strategy takes argument(s) 'devices', which it is never passed" in reason
+    assert "accelerator, num_devices, num_nodes, interactive" in reason
+    assert "fix: rename 'devices' to 'num_devices'" in reason
+    assert "badsig" not in StrategyRegistry  # refused as a whole: none of its hooks run
+    assert "vendor" in StrategyRegistry
+    assert plugins.select_strategy_name(accelerator="cpu", num_devices=1, num_nodes=1, interactive=False) == "single_device"
+
+
+def test_wrapper_on_a_registration_hook_is_refused(site_packages: SitePackages) -> None:
+    source = """
+from phalanx import hookimpl
+
+@hookimpl(wrapper=True)
+def phalanx_register_strategies(registry):
+    registry.register("wrapped", "json:JSONDecoder")
+    yield
+"""
+    site_packages.add("phalanx-fake-regwrap", module_source=source)
+    record = _record("phalanx-fake-regwrap")
+    assert record.status == "failed"
+    assert "phalanx_register_strategies of plugin 'phalanx-fake-regwrap' is declared wrapper=True" in (record.reason or "")
+    assert "fix: drop wrapper=True" in (record.reason or "")
+    assert "wrapped" not in StrategyRegistry
+
+
+def test_registration_hooks_are_called_through_pluggy(site_packages: SitePackages) -> None:
+    source = """
+from phalanx import hookimpl
+
+@hookimpl(specname="phalanx_register_strategies")
+def add_my_strategies(registry):
+    registry.register("by_specname", "json:JSONDecoder", "found through the hook spec, not the attribute")
+"""
+    site_packages.add("phalanx-fake-specname", module_source=source)
+    assert StrategyRegistry.entry("by_specname").source.plugin == "phalanx-fake-specname"
+    assert _record("phalanx-fake-specname").provides == {"strategy": ["by_specname"]}
+
+
+def test_selecting_a_name_of_a_blocked_plugin_says_how_to_unblock(
+    site_packages: SitePackages, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    source = GOOD.replace("{module}", "phalanx_fake_blk").replace('"vendor"', '"blk_fast"')
+    site_packages.add("phalanx-fake-blk", module_source=source, entry_point="blk")
+    monkeypatch.setenv("PHALANX_DISABLE_PLUGINS", "blk")
+    plugins._reset_for_tests()
+    with pytest.raises(UnknownNameError) as info:
+        StrategyRegistry.get("blk_fast")
+    text = str(info.value)
+    assert "'blk_fast' would come from plugin 'blk' (phalanx-fake-blk 1.0), which is not loaded" in text
+    assert "blocked by PHALANX_DISABLE_PLUGINS=blk; fix: unset PHALANX_DISABLE_PLUGINS to load it" in text
+    assert "phalanx_fake_blk" not in sys.modules  # blocked through pluggy before any import
+    assert plugins.get_plugin_manager().is_blocked("blk")
+
+
+def test_blocking_ddp_explains_why_ddp_is_unknown(site_packages: SitePackages, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PHALANX_DISABLE_PLUGINS", "ddp,other")
+    plugins._reset_for_tests()
+    with pytest.raises(UnknownNameError) as info:
+        StrategyRegistry.entry("ddp")
+    text = str(info.value)
+    if _metadata.version("phalanx-strategy-ddp") is None:  # a core-only environment
+        assert "provided by phalanx-strategy-ddp, which is not installed" in text
+    else:
+        assert "would come from plugin 'ddp' (phalanx-strategy-ddp" in text
+        assert "blocked by PHALANX_DISABLE_PLUGINS=ddp,other; fix: PHALANX_DISABLE_PLUGINS=other to load it" in text
 
 
 def test_target_that_fails_to_import_raises_when_selected(site_packages: SitePackages) -> None:

@@ -126,3 +126,41 @@ def test_missing_strategy_class_import_names_distribution() -> None:
         from phalanx.strategies import FSDPStrategy  # noqa: F401
     with pytest.raises(AttributeError, match="installed strategies"):
         strategies.NoSuchThing  # noqa: B018
+
+
+def test_registry_module_does_not_import_discovery() -> None:
+    import ast
+    from pathlib import Path
+
+    import phalanx.registry
+
+    tree = ast.parse(Path(phalanx.registry.__file__).read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert not any(name.startswith("phalanx.plugins") for name in imported), imported
+
+
+def test_the_public_api_discovery_fills_a_registry_with() -> None:
+    from phalanx.registry import PluginSource, registering_as
+
+    calls: list[str] = []
+    registry = Registry("widget")
+    registry.fill_on_first_read(lambda: calls.append("filled"))
+    vendor, other = PluginSource("vendor", "phalanx-vendor", "1.0"), PluginSource("other", "phalanx-other", "2.0")
+    with registering_as(vendor):
+        registry.register("shared", Toy)
+        registry.register("mine", Toy)
+    with registering_as(other):
+        registry.register("shared", Toy)  # a second owner is recorded as a conflict, not raised
+    assert calls == []  # writing during discovery does not trigger the fill
+    assert registry.names() == ["shared", "mine"] and calls == ["filled"]
+    assert registry.names_from("vendor") == ["shared", "mine"] and registry.names_from("other") == ["shared"]
+    assert registry.remove_plugin("vendor") == ["shared", "mine"]
+    assert registry.names() == [] and calls == ["filled"]  # filled once only
+    registry.note_unloaded_plugin(PluginSource("widgets", "phalanx-widgets", "3.0"), "blocked; fix: unblock it")
+    with pytest.raises(UnknownNameError, match=r"'widgets_big' would come from plugin 'widgets' \(phalanx-widgets 3.0\), which is not loaded: blocked; fix: unblock it"):
+        registry.entry("widgets_big")
+    with pytest.raises(UnknownNameError, match="Plugins that did not load, one of which may provide it: 'widgets': blocked"):
+        registry.entry("gadget")
+    registry.clear()
+    assert registry.names() == [] and calls == ["filled", "filled"]

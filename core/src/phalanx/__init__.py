@@ -38,3 +38,9 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module_name), attr)
     globals()[name] = value
     return value
+
+
+# The composition root: discovery installs itself as the registries' fill-on-first-read callback,
+# so phalanx.registry stays a plain container that never imports phalanx.plugins. Neither module
+# imports torch or importlib.metadata at import time.
+from phalanx import plugins as _plugins  # noqa: E402, F401

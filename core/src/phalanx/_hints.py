@@ -3,11 +3,22 @@
 The core never imports a plugin; but when a user asks for ``strategy="fsdp"`` without the plugin
 installed, "unknown strategy" is a poor answer. This table lets the error say which package to
 install. It is consulted only after a lookup failed, and only for the message.
+
+It also explains names of plugins that are installed but not loaded (blocked by
+``PHALANX_DISABLE_PLUGINS``, failed, incompatible): such a plugin was never imported, so what it
+would register is unknown, and :func:`likely_provider` guesses it from this table and from the
+plugin's entry-point name, both read from metadata alone.
 """
 
 from __future__ import annotations
 
-__all__ = ["install_hint", "providing_distribution"]
+import re
+from collections.abc import Iterable
+from typing import TypeVar
+
+__all__ = ["install_hint", "likely_provider", "providing_distribution"]
+
+_Candidate = TypeVar("_Candidate")
 
 # Name prefixes of the first-party plugin packages, longest match wins.
 _NAME_PREFIXES: dict[str, str] = {
@@ -44,3 +55,29 @@ def install_hint(distribution: str) -> str:
     """The command that installs a plugin distribution from this repository or an index."""
     folder = distribution.removeprefix("phalanx-")
     return f"pip install {distribution} (from a checkout: pip install ./packages/{folder})"
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def likely_provider(name: str, candidates: Iterable[tuple[str, str | None, _Candidate]]) -> _Candidate | None:
+    """Pick, among plugins that did not load, the one that would most likely provide ``name``.
+
+    Args:
+        name: The registry or class name that was asked for and not found.
+        candidates: ``(entry point name, distribution name, payload)`` of each plugin that did not
+            load; the payload of the chosen one is returned.
+
+    A candidate matches when this table says its distribution provides ``name``, or when ``name``
+    starts with its entry-point name (``"localsgd_fast"`` from entry point ``localsgd``), the
+    convention every in-repo plugin follows. The longest entry-point match wins.
+    """
+    hinted = providing_distribution(name)
+    best: tuple[int, _Candidate] | None = None
+    for entry_point, distribution, payload in candidates:
+        if hinted is not None and distribution is not None and _canonical(distribution) == _canonical(hinted):
+            return payload
+        if name.lower().startswith(entry_point.lower()) and (best is None or len(entry_point) > best[0]):
+            best = (len(entry_point), payload)
+    return None if best is None else best[1]

@@ -14,6 +14,7 @@ __all__ = [
     "CheckpointError",
     "MisconfigurationError",
     "PhalanxError",
+    "PluginHookError",
     "PluginUnavailableError",
     "UnknownNameError",
     "closest_match",
@@ -41,6 +42,10 @@ class UnknownNameError(MisconfigurationError, KeyError):
 
 class PluginUnavailableError(PhalanxError, ImportError):
     """The name is known but cannot be used in this environment (missing package, broken plugin)."""
+
+
+class PluginHookError(PhalanxError, RuntimeError):
+    """A plugin's hook implementation raised; the message names the plugin and how to block it."""
 
 
 class CheckpointError(PhalanxError, ValueError):

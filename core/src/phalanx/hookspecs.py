@@ -1,10 +1,33 @@
-"""The plugin contract: the hooks a phalanx plugin may implement.
+"""The plugin contract: the hooks a phalanx plugin may implement, and how the core calls them.
 
 A plugin is a module named by an entry point of the ``phalanx`` group. It implements any of these
-hooks with ``@phalanx.hookimpl``. Registration hooks receive a :class:`~phalanx.registry.Registry`
-and return nothing; they must not import torch or any heavy library, because listing runs them.
-Decision hooks are ``firstresult``: the first plugin that answers (not ``None``) decides, and the
-core's built-in plugin answers last, so an installed plugin can refine every "auto" choice.
+hooks with ``@phalanx.hookimpl``; an implementation takes any subset of the hook's arguments, by
+name. Every hook is called through pluggy's own call engine (``tryfirst`` / ``trylast`` order,
+``firstresult``, wrappers), never around it.
+
+Registration hooks (``phalanx_register_*``) receive a :class:`~phalanx.registry.Registry` and
+return nothing. They are called once per plugin, for that plugin alone (pluggy's
+``subset_hook_caller``), so every name is attributed to the plugin that registered it; if one
+raises, everything that plugin registered is taken back and the plugin is recorded as failed.
+They must not import torch or any heavy library, because listing runs them. Wrapper
+implementations (``wrapper=True`` / ``hookwrapper=True``) are refused on them: called per plugin,
+a wrapper would have nothing to wrap.
+
+Decision hooks are ``firstresult``: one pluggy call, the first plugin that answers (not ``None``)
+decides, and the core's built-in plugin answers last (``trylast``), so an installed plugin can
+refine every "auto" choice; ``tryfirst=True`` puts a plugin ahead of the others. Wrappers are
+supported on them: a ``wrapper=True`` generator ``yield``-s to receive the decision of the other
+plugins and returns it, or another one (old-style ``hookwrapper=True`` works as pluggy defines).
+When an implementation raises, the error names the plugin whose code raised (found in the
+traceback) and how to block it; a :class:`~phalanx.errors.PhalanxError` a plugin raises on
+purpose passes through unchanged.
+
+Validation happens once, at discovery: an implementation taking an argument its hook does not
+pass, or a ``@hookimpl`` whose name is not a hook below, makes that plugin "failed" with one
+reason naming the hook and the fix (mark a hook of a newer core ``optionalhook=True`` to have it
+ignored instead). Plugins named in ``PHALANX_DISABLE_PLUGINS`` are blocked through pluggy's
+``set_blocked`` and never imported; a name they would provide is explained as blocked when asked
+for.
 """
 
 from __future__ import annotations

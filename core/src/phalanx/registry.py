@@ -5,7 +5,12 @@ lazy ``"module:Attr"`` string, a description, default init parameters and the re
 be installed. Listing never imports a target, so ``phalanx strategies`` stays fast and torch-free;
 the import happens in :meth:`Registry.get_class` when a name is actually used.
 
-The five global registries load the installed plugins the first time they are read.
+A registry is a plain container: it knows nothing of plugins or entry points. Discovery
+(:mod:`phalanx.plugins`) fills the five global registries through the registration hooks, installs
+itself as their :meth:`~Registry.fill_on_first_read` callback (so the first read of any of them
+loads the installed plugins), takes back what a failing plugin registered with
+:meth:`~Registry.remove_plugin`, and tells them which plugins did not load
+(:meth:`~Registry.note_unloaded_plugin`) so that an unknown name can be explained.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from phalanx import _metadata
-from phalanx._hints import install_hint, providing_distribution
+from phalanx._hints import install_hint, likely_provider, providing_distribution
 from phalanx.errors import MisconfigurationError, PluginUnavailableError, UnknownNameError, closest_match
 
 __all__ = [
@@ -105,29 +110,12 @@ def _describe(source: PluginSource) -> str:
 
 def requirement_problem(requirement: str) -> str | None:
     """Check one PEP 508 requirement against installed metadata; return the problem or ``None``."""
-    simple = _metadata.split_requirement(requirement)
-    if simple is not None:
-        name, specifier, _ = simple
-        installed = _metadata.version(name)
-        if installed is None:
-            return f"requires {requirement}, which is not installed; fix: pip install '{requirement}'"
-        verdict = _metadata.satisfies(installed, specifier)
-        if verdict is not None:
-            return None if verdict else _version_problem(requirement, name, installed)
-    from packaging.requirements import Requirement
-
-    req = Requirement(requirement)
-    if req.marker is not None and not req.marker.evaluate():
+    problem = _metadata.unmet(requirement)
+    if problem is None:
         return None
-    installed = _metadata.version(req.name)
+    name, installed = problem
     if installed is None:
         return f"requires {requirement}, which is not installed; fix: pip install '{requirement}'"
-    if req.specifier and not req.specifier.contains(installed, prereleases=True):
-        return _version_problem(requirement, req.name, installed)
-    return None
-
-
-def _version_problem(requirement: str, name: str, installed: str) -> str:
     return f"requires {requirement} but {name} {installed} is installed; fix: pip install '{requirement}'"
 
 
@@ -136,14 +124,57 @@ class Registry:
 
     Args:
         kind: What the registry holds, in words ("strategy"), used in messages.
-        loader: Called once before the first read; the global registries load the plugins here.
+        fill: Called once, before the first read, to fill the registry (see
+            :meth:`fill_on_first_read`); ``None`` for a registry filled by hand.
     """
 
-    def __init__(self, kind: str, loader: Callable[[], None] | None = None) -> None:
+    def __init__(self, kind: str, *, fill: Callable[[], None] | None = None) -> None:
         self.kind = kind
         self._entries: dict[str, RegistryEntry] = {}
-        self._loader = loader
-        self._loaded = loader is None
+        self._unloaded: list[tuple[PluginSource, str]] = []
+        self._fill = fill
+        self._filled = fill is None
+
+    # -- what discovery uses -----------------------------------------------------------------
+    def fill_on_first_read(self, fill: Callable[[], None]) -> None:
+        """Call ``fill`` once, before the next read; discovery installs itself here.
+
+        Reads made while ``fill`` runs (a registration hook listing names) see the registry as it
+        is, so filling never recurses.
+        """
+        self._fill = fill
+        self._filled = False
+
+    def clear(self) -> None:
+        """Forget every entry and unloaded-plugin note, and arm the fill callback again."""
+        self._entries.clear()
+        self._unloaded.clear()
+        self._filled = self._fill is None
+
+    def remove_plugin(self, plugin: str) -> list[str]:
+        """Drop every name ``plugin`` registered or claimed (its hook failed halfway); return them."""
+        removed = [n for n, e in self._entries.items() if e.source.plugin == plugin]
+        for name in removed:
+            del self._entries[name]
+        for name, entry in list(self._entries.items()):
+            kept = tuple(s for s in entry.conflicts if s.plugin != plugin)
+            if kept != entry.conflicts:
+                self._entries[name] = _replace(entry, conflicts=kept)
+        return removed
+
+    def names_from(self, plugin: str) -> list[str]:
+        """The names ``plugin`` registered, then those it also claimed (recorded conflicts)."""
+        owned = [n for n, e in self._entries.items() if e.source.plugin == plugin]
+        claimed = [n for n, e in self._entries.items() if any(s.plugin == plugin for s in e.conflicts)]
+        return owned + claimed
+
+    def note_unloaded_plugin(self, source: PluginSource, why: str) -> None:
+        """Remember that ``source`` did not load, and ``why`` (with its fix), for unknown-name errors.
+
+        A plugin that is blocked, incompatible or fails to import registers nothing, so a user
+        asking for one of its names would otherwise only hear "unknown name".
+        """
+        self._unloaded.append((source, why))
 
     # -- writing -----------------------------------------------------------------------------
     def register(
@@ -206,22 +237,11 @@ class Registry:
         self.entry(name)
         del self._entries[name]
 
-    def _remove_from(self, plugin: str) -> list[str]:
-        """Drop everything a plugin registered (its hook failed halfway); return the names."""
-        removed = [n for n, e in self._entries.items() if e.source.plugin == plugin]
-        for name in removed:
-            del self._entries[name]
-        for name, entry in list(self._entries.items()):
-            kept = tuple(s for s in entry.conflicts if s.plugin != plugin)
-            if kept != entry.conflicts:
-                self._entries[name] = _replace(entry, conflicts=kept)
-        return removed
-
     # -- reading -----------------------------------------------------------------------------
     def _ensure_loaded(self) -> None:
-        if not self._loaded and self._loader is not None:
-            self._loaded = True
-            self._loader()
+        if not self._filled and self._fill is not None:
+            self._filled = True
+            self._fill()
 
     def __contains__(self, name: object) -> bool:
         self._ensure_loaded()
@@ -260,17 +280,25 @@ class Registry:
     def _unknown_message(self, name: object) -> str:
         choices = sorted(self._entries)
         parts = [f"Unknown {self.kind} {name!r}."]
-        distribution = providing_distribution(name) if isinstance(name, str) else None
+        text = name if isinstance(name, str) else str(name)
+        unloaded = likely_provider(text, [(s.plugin, s.distribution, (s, why)) for s, why in self._unloaded])
+        distribution = providing_distribution(text)
         if distribution is not None and _metadata.version(distribution) is not None:
             distribution = None  # installed: the name is a typo of one of its names, not a missing package
-        if distribution is not None:
+        if unloaded is not None:
+            source, why = unloaded
+            parts.append(f"{name!r} would come from {_describe(source)}, which is not loaded: {why}.")
+        elif distribution is not None:
             parts.append(f"{name!r} is provided by {distribution}, which is not installed; fix: {install_hint(distribution)}.")
         else:
-            match = closest_match(str(name), choices)
+            match = closest_match(text, choices)
             if match is not None:
                 parts.append(f"Did you mean {match!r}?")
         parts.append(f"Available: {', '.join(choices) if choices else '(none)'}.")
-        if distribution is None:
+        if unloaded is None and self._unloaded:
+            others = "; ".join(f"{s.plugin!r}: {why}" for s, why in self._unloaded)
+            parts.append(f"Plugins that did not load, one of which may provide it: {others}.")
+        elif unloaded is None and distribution is None:
             parts.append("Run `phalanx plugins` to see installed plugins and any that failed to load.")
         return " ".join(parts)
 
@@ -324,14 +352,9 @@ def _first_doc_line(target: type | str) -> str:
     return doc.splitlines()[0] if doc else ""
 
 
-def _load_plugins() -> None:
-    from phalanx.plugins import load_plugins
-
-    load_plugins()
-
-
-StrategyRegistry = _StrategyRegistry("strategy", _load_plugins)
-AcceleratorRegistry = Registry("accelerator", _load_plugins)
-PrecisionRegistry = Registry("precision", _load_plugins)
-CheckpointIORegistry = Registry("checkpoint IO", _load_plugins)
-ClusterEnvironmentRegistry = Registry("cluster environment", _load_plugins)
+# The global registries: empty until discovery fills them (phalanx.plugins wires itself in on import).
+StrategyRegistry = _StrategyRegistry("strategy")
+AcceleratorRegistry = Registry("accelerator")
+PrecisionRegistry = Registry("precision")
+CheckpointIORegistry = Registry("checkpoint IO")
+ClusterEnvironmentRegistry = Registry("cluster environment")
