@@ -192,8 +192,12 @@ class ParallelStrategy(ParallelCollectives, Strategy):
 
     @property
     def process_group_backend(self) -> str:
-        """The backend in use or about to be: the one given, else gloo on CPU / nccl on CUDA."""
-        return self._process_group_backend or default_backend(self.root_device)
+        """The backend in use or about to be: the one given, else :meth:`default_process_group_backend`."""
+        return self._process_group_backend or self.default_process_group_backend()
+
+    def default_process_group_backend(self) -> str:
+        """The backend when none is given: gloo on CPU, nccl on CUDA; override for another default."""
+        return default_backend(self.root_device)
 
     @property
     def timeout(self) -> timedelta | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from torch import nn
 
-from phalanx._optim import LRSchedulerConfig, init_optimizers_and_lr_schedulers
+from phalanx.utilities import LRSchedulerConfig, init_optimizers_and_lr_schedulers
 from phalanx.errors import MisconfigurationError
 
 __all__ = ["adopt_scheduler", "auto_batch_size", "client_optimizer", "inference_config"]

@@ -17,7 +17,8 @@ from torch import nn
 from torch.optim import LBFGS, Optimizer
 
 from phalanx.errors import MisconfigurationError
-from phalanx.precision.precision import Precision, _cast_floats, _default_dtype
+from phalanx.precision.precision import Precision
+from phalanx.utilities import cast_floats, default_dtype
 
 __all__ = ["SUPPORTED_PRECISIONS", "DeepSpeedPrecision"]
 
@@ -81,12 +82,12 @@ class DeepSpeedPrecision(Precision):
         """Cast float inputs to the engine's dtype: the engine's weights are in it."""
         if self._dtype is torch.float32:
             return data
-        return _cast_floats(data, self._dtype)
+        return cast_floats(data, self._dtype)
 
     def tensor_init_context(self) -> AbstractContextManager[Any]:
         """Create tensors in 16 bits for the "-true" precisions (never materialised in float32)."""
         if self.precision.endswith("-true") and self._dtype is not torch.float32:
-            return _default_dtype(self._dtype)
+            return default_dtype(self._dtype)
         return nullcontext()
 
     def connect(self, model: nn.Module, optimizers: list[Optimizer]) -> tuple[nn.Module, list[Optimizer]]:

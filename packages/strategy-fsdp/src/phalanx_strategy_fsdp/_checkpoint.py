@@ -21,6 +21,7 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
+from torch.distributed.tensor import DTensor
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -41,7 +42,10 @@ __all__ = [
     "is_sharded_checkpoint",
     "load_full_model",
     "load_full_optimizers",
-    "load_sharded",
+    "holds_shards",
+    "load_sharded_model",
+    "load_sharded_optimizers",
+    "read_sharded",
     "read_sharded_meta",
     "save_full",
     "save_sharded",
@@ -141,7 +145,7 @@ def save_sharded(
     barrier()
 
 
-def load_sharded(
+def read_sharded(
     path: PathLike,
     *,
     model: nn.Module,
@@ -149,10 +153,14 @@ def load_sharded(
     checkpoint_io: CheckpointIO,
     strict: bool = True,
 ) -> dict[str, Any]:
-    """Load model (and, when given, optimizer) shards in place, resharding to this world size.
+    """Read a sharded checkpoint into state dicts shaped like this run's shards (resharding N -> M).
+
+    DCP fills templates taken from the live sharded model and optimizers, so each rank reads just
+    the slices its own shards cover; nothing is applied yet (see :func:`load_sharded_states`).
 
     Returns:
-        The Trainer state from ``meta.pt`` (without model or optimizer state).
+        The Trainer state from ``meta.pt`` plus ``"state_dict"`` (DTensor shards, name-keyed) and,
+        when ``optimizers`` are given, ``"optimizer_states"`` (one name-keyed sharded state each).
 
     Raises:
         CheckpointError: Another model, another number of optimizers, or unreadable shards.
@@ -177,10 +185,32 @@ def load_sharded(
             "same configure_optimizers, or load weights only."
         )
         raise CheckpointError(msg) from error
-    set_model_state_dict(model, state[MODEL_KEY], options=StateDictOptions(strict=strict))
-    for index, optimizer in enumerate(optimizers):
-        set_optimizer_state_dict(model, optimizer, state[OPTIMIZER_KEY][str(index)])
+    meta[MODEL_KEY] = state[MODEL_KEY]
+    if optimizers:
+        meta[OPTIMIZER_KEY] = [state[OPTIMIZER_KEY][str(index)] for index in range(len(optimizers))]
     return meta
+
+
+def holds_shards(state: Any) -> bool:
+    """Whether a (nested) state dict holds DTensor shards, i.e. came from :func:`read_sharded`."""
+    if isinstance(state, DTensor):
+        return True
+    if isinstance(state, dict):
+        return any(holds_shards(value) for value in state.values())
+    if isinstance(state, (list, tuple)):
+        return any(holds_shards(value) for value in state)
+    return False
+
+
+def load_sharded_model(model: nn.Module, state_dict: dict[str, Any], *, strict: bool = True) -> None:
+    """Apply a sharded model state dict from :func:`read_sharded` (collective)."""
+    set_model_state_dict(model, state_dict, options=StateDictOptions(strict=strict))
+
+
+def load_sharded_optimizers(model: nn.Module, optimizers: list[Optimizer], states: list[dict[str, Any]]) -> None:
+    """Apply sharded optimizer states from :func:`read_sharded` (collective)."""
+    for optimizer, state in zip(optimizers, states):
+        set_optimizer_state_dict(model, optimizer, state)
 
 
 def save_full(

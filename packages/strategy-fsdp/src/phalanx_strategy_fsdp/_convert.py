@@ -51,7 +51,7 @@ def convert_sharded_checkpoint(source: str, destination: str) -> bool | None:
         return None
     if not os.path.isfile(os.path.join(source, META_FILE)):
         return None  # a DCP directory from elsewhere: let another plugin (or the error path) answer
-    from phalanx._builtin._convert import write_portable
+    from phalanx.utilities import write_portable_checkpoint as write_portable
 
     state_dict, meta = load_full_model_state(source)
     write_portable(state_dict, destination, source=source, extra=meta)

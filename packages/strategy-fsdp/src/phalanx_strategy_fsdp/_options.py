@@ -7,7 +7,6 @@ process, before anything is launched.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from phalanx.errors import MisconfigurationError
@@ -69,7 +68,7 @@ def mesh_shape(device_mesh: str | tuple[int, int] | None, *, world_size: int, nu
     return (replicate, shard)
 
 
-def validate_options(*, state_dict_type: Any, reshard_after_forward: Any, cpu_offload: Any, timeout: Any) -> None:
+def validate_options(*, state_dict_type: Any, reshard_after_forward: Any, cpu_offload: Any) -> None:
     """Check the scalar options.
 
     Raises:
@@ -94,6 +93,4 @@ def validate_options(*, state_dict_type: Any, reshard_after_forward: Any, cpu_of
     if not isinstance(cpu_offload, bool):
         msg = f"FSDPStrategy(cpu_offload={cpu_offload!r}) must be True or False (or use strategy='fsdp_cpu_offload')."
         raise MisconfigurationError(msg)
-    if timeout is not None and not isinstance(timeout, timedelta):
-        msg = f"FSDPStrategy(timeout={timeout!r}) must be a datetime.timedelta, e.g. timedelta(minutes=5), or None."
-        raise MisconfigurationError(msg)
+

@@ -45,26 +45,23 @@ class FSDPCheckpointing:
     is_global_zero: bool
     world_size: int
     _module: nn.Module | None
-    _restored_sharded: bool
-    _pending_restore: str | dict[str, Any] | None
-    _restored_meta: dict[str, Any] | None
 
     if TYPE_CHECKING:  # real implementations come from Strategy / ParallelStrategy (later in the MRO)
 
-        def _require_module(self) -> nn.Module: ...
+        def require_module(self) -> nn.Module: ...
 
         def barrier(self, name: str | None = None) -> None: ...
 
     def module_state_dict(self) -> dict[str, Any]:
         """Sharded: this rank's DTensor shards (no communication). Full: gathered to rank 0 (collective)."""
-        module = self._require_module()
+        module = self.require_module()
         if self.state_dict_type == "sharded" or not isinstance(module, FSDPModule):
             return module.state_dict()
         return full_to_plain(get_model_state_dict(module, options=_FULL))  # type: ignore[no-any-return]
 
     def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
         """Name-keyed sharded state, or (full) position-keyed state gathered to rank 0 (collective)."""
-        module = self._require_module()
+        module = self.require_module()
         if not isinstance(module, FSDPModule):
             return optimizer.state_dict()
         if self.state_dict_type == "sharded":
@@ -83,7 +80,7 @@ class FSDPCheckpointing:
         if storage_options is not None:
             msg = f"FSDPStrategy.save_checkpoint(storage_options={storage_options!r}) is not supported; pass None."
             raise MisconfigurationError(msg)
-        module = self._require_module()
+        module = self.require_module()
         common = {"model": module, "optimizers": self.optimizers, "checkpoint_io": self.checkpoint_io}
         if self.state_dict_type == "sharded":
             ckpt.save_sharded(
@@ -103,9 +100,9 @@ class FSDPCheckpointing:
             self.checkpoint_io.remove_checkpoint(filepath)
 
     def load_checkpoint(self, checkpoint_path: PathLike, *, weights_only: bool = True) -> dict[str, Any]:
-        """Every rank reads. A sharded directory is loaded in place into the sharded model (and its
-        optimizers when fitting) and only the Trainer state is returned; a file is returned whole
-        for :meth:`load_model_state_dict` / :meth:`load_optimizer_state_dict`.
+        """Every rank reads, after setup. A sharded directory is read straight into state dicts shaped
+        like this run's shards (resharding when the world size changed); a file is returned whole.
+        Nothing is applied until :meth:`load_model_state_dict` / :meth:`load_optimizer_state_dict`.
 
         Raises:
             CheckpointError: Missing, incomplete, or of another model.
@@ -113,45 +110,28 @@ class FSDPCheckpointing:
         path = os.fspath(checkpoint_path)
         if not ckpt.is_sharded_checkpoint(path):
             return self.checkpoint_io.load_checkpoint(path, weights_only=weights_only)
-        meta = ckpt.read_sharded_meta(path, self.checkpoint_io)
-        # The Trainer expects these keys; they are filled with the live (sharded) state once loaded.
-        meta[ckpt.MODEL_KEY], meta[ckpt.OPTIMIZER_KEY] = {}, []
-        self._pending_restore, self._restored_meta = path, meta
-        if isinstance(self._module, FSDPModule):  # already set up: load now
-            self._apply_pending_restore()
-        return meta
-
-    def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
-        """Shard a full state dict into the model (a sharded checkpoint was already loaded in place)."""
-        if self._restored_sharded or self._pending_restore is not None:
-            return
-        module = self._require_module()
-        if not isinstance(module, FSDPModule):
-            self._pending_restore = dict(checkpoint)
-            return
-        _require_key(checkpoint, ckpt.MODEL_KEY, "weights")
-        ckpt.load_full_model(module, checkpoint[ckpt.MODEL_KEY], source="checkpoint", strict=strict)
-
-    def load_optimizer_state_dict(self, checkpoint: Mapping[str, Any]) -> None:
-        """Load full (position- or name-keyed) optimizer states; sharded ones were loaded in place."""
-        if self._restored_sharded or self._pending_restore is not None:
-            return
-        _require_key(checkpoint, ckpt.OPTIMIZER_KEY, "optimizer state")
-        ckpt.load_full_optimizers(
-            self._require_module(), self.optimizers, checkpoint[ckpt.OPTIMIZER_KEY], source="checkpoint"
+        module = self.require_module()
+        return ckpt.read_sharded(
+            path, model=module, optimizers=self.optimizers, checkpoint_io=self.checkpoint_io,
+            strict=getattr(module, "strict_loading", True),
         )
 
-    def _apply_pending_restore(self) -> None:
-        pending, self._pending_restore = self._pending_restore, None
-        if isinstance(pending, str):
-            module = self._require_module()
-            ckpt.load_sharded(pending, model=module, optimizers=self.optimizers, checkpoint_io=self.checkpoint_io)
-            self._restored_sharded = True
-            if self._restored_meta is not None:
-                self._restored_meta[ckpt.MODEL_KEY] = module.state_dict()
-                self._restored_meta[ckpt.OPTIMIZER_KEY] = [get_optimizer_state_dict(module, o) for o in self.optimizers]
-                self._restored_meta = None
-        elif pending is not None:
-            self.load_model_state_dict(pending)
-            if self.optimizers and ckpt.OPTIMIZER_KEY in pending:
-                self.load_optimizer_state_dict(pending)
+    def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
+        """Load sharded weights as they are, or shard a full state dict into the model."""
+        module = self.require_module()
+        _require_key(checkpoint, ckpt.MODEL_KEY, "weights")
+        state_dict = checkpoint[ckpt.MODEL_KEY]
+        if ckpt.holds_shards(state_dict):
+            ckpt.load_sharded_model(module, state_dict, strict=strict)
+        else:
+            ckpt.load_full_model(module, state_dict, source="checkpoint", strict=strict)
+
+    def load_optimizer_state_dict(self, checkpoint: Mapping[str, Any]) -> None:
+        """Load sharded optimizer states as they are, or full (position- or name-keyed) ones."""
+        _require_key(checkpoint, ckpt.OPTIMIZER_KEY, "optimizer state")
+        states = checkpoint[ckpt.OPTIMIZER_KEY]
+        module = self.require_module()
+        if ckpt.holds_shards(states):
+            ckpt.load_sharded_optimizers(module, self.optimizers, states)
+        else:
+            ckpt.load_full_optimizers(module, self.optimizers, states, source="checkpoint")

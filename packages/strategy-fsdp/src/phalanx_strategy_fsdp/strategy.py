@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from contextlib import contextmanager
-from datetime import timedelta
 from typing import Any, ClassVar
 
 import torch
@@ -20,19 +19,13 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from phalanx.accelerators.accelerator import Accelerator
-from phalanx.checkpoint_io.checkpoint_io import CheckpointIO
-from phalanx.environments.cluster_environment import ClusterEnvironment
 from phalanx.errors import MisconfigurationError
-from phalanx.launchers.launcher import Launcher
-from phalanx.launchers.subprocess_script import SubprocessScriptLauncher
 from phalanx.precision.precision import Precision
-from phalanx.strategies._redirect import call_through_wrapper
-from phalanx.strategies.parallel import ParallelStrategy
+from phalanx.strategies.parallel import ParallelStrategy, split_parallel_arguments
 from phalanx_strategy_fsdp._fsdp2 import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy
 from phalanx_strategy_fsdp._options import mesh_shape, validate_device_mesh, validate_options
 from phalanx_strategy_fsdp._policy import class_names, resolve_policy
 from phalanx_strategy_fsdp._precision import check_offload_precision, mixed_precision_policy
-from phalanx_strategy_fsdp._process_group import destroy_process_group_at_exit
 from phalanx_strategy_fsdp._shard import shard_module
 from phalanx_strategy_fsdp._strategy_checkpointing import FSDPCheckpointing
 
@@ -44,10 +37,6 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
 
     Args:
         accelerator: See :class:`~phalanx.strategies.strategy.Strategy`.
-        parallel_devices: One device per local process (filled by the Trainer from ``devices``).
-        cluster_environment: Ranks and rendezvous; detected (torchrun, SLURM, else local) when None.
-        checkpoint_io: Writes ``meta.pt`` and full checkpoint files.
-        precision_plugin: The Trainer's precision; ``*-mixed`` becomes FSDP's MixedPrecisionPolicy.
         auto_wrap_policy: Submodules that become their own sharding unit: a set of module classes
             (e.g. ``{TransformerBlock}``) or a predicate ``module -> bool``. ``None`` shards only the
             root, so the whole model is all-gathered at once; name your blocks to bound peak memory.
@@ -63,23 +52,22 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
             within each) or ``(replicate, shard)`` sizes for hybrid sharding (HSDP).
         state_dict_type: ``"sharded"``: every rank writes its shard into a checkpoint directory
             (fast, reshardable). ``"full"``: rank 0 writes one ordinary checkpoint file.
-        process_group_backend: Default gloo on CPU, ``"cpu:gloo,cuda:nccl"`` on CUDA (CPU
-            collectives are needed for offloaded gradients and checkpoint planning).
-        timeout: How long a collective may wait for the other ranks.
-        **fully_shard_kwargs: Passed to every ``fully_shard`` call (e.g. ``shard_placement_fn``).
+        **kwargs: Every :class:`~phalanx.strategies.parallel.ParallelStrategy` argument
+            (``parallel_devices``, ``cluster_environment``, ``checkpoint_io`` (writes ``meta.pt`` and
+            full files), ``precision_plugin`` (``*-mixed`` becomes FSDP's MixedPrecisionPolicy),
+            ``process_group_backend`` (default gloo on CPU, ``"cpu:gloo,cuda:nccl"`` on CUDA: CPU
+            collectives serve offloaded gradients and checkpoint planning), ``timeout``); the rest
+            go to every ``fully_shard`` call (e.g. ``shard_placement_fn``). Only
+            ``start_method="popen"``: sharded DTensor state cannot be sent back from spawned workers.
     """
 
     strategy_name: ClassVar[str] = "fsdp"
-    _created_process_group: bool  # set by ParallelStrategy
+    supported_start_methods = ("popen",)
 
     def __init__(
         self,
         accelerator: Accelerator | None = None,
         *,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironment | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision_plugin: Precision | None = None,
         auto_wrap_policy: Any = None,
         activation_checkpointing_policy: Any = None,
         reshard_after_forward: bool | int = True,
@@ -87,58 +75,36 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
         mixed_precision: MixedPrecisionPolicy | None = None,
         device_mesh: tuple[int, int] | str | None = None,
         state_dict_type: str = "sharded",
-        process_group_backend: str | None = None,
-        timeout: timedelta | None = None,
-        **fully_shard_kwargs: Any,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-        )
+        parallel, fully_shard_kwargs = split_parallel_arguments(kwargs)
         validate_options(
             state_dict_type=state_dict_type,
             reshard_after_forward=reshard_after_forward,
             cpu_offload=cpu_offload,
-            timeout=timeout,
         )
+        self.cpu_offload = cpu_offload  # before super(): the precision check below needs it
+        super().__init__(accelerator, **parallel)
         self.auto_wrap_policy = resolve_policy(auto_wrap_policy, option="auto_wrap_policy")
         self.activation_checkpointing_policy = resolve_policy(
             activation_checkpointing_policy, option="activation_checkpointing_policy"
         )
         self.reshard_after_forward = reshard_after_forward
-        self.cpu_offload = cpu_offload
         mixed_precision_policy(None, mixed_precision)  # type check now, derive at setup
         self._mixed_precision = mixed_precision
         self.device_mesh_spec = validate_device_mesh(device_mesh)
         self.state_dict_type = state_dict_type
-        self._process_group_backend = process_group_backend
-        self._timeout = timeout
         self._fully_shard_kwargs = fully_shard_kwargs
         self._device_mesh: DeviceMesh | None = None
-        self._restored_sharded = False
-        self._pending_restore: str | dict[str, Any] | None = None
-        self._restored_meta: dict[str, Any] | None = None
-        check_offload_precision(precision_plugin, cpu_offload=cpu_offload)
 
     # ------------------------------------------------------------------ configuration
-    @property
-    def precision_plugin(self) -> Precision:
-        """The precision; checked against ``cpu_offload`` as soon as the Trainer assigns it."""
-        return super().precision_plugin
+    def adapt_precision_plugin(self, precision_plugin: Precision) -> Precision:
+        """Refuse a precision CPU offload cannot serve, as soon as the strategy is given one."""
+        check_offload_precision(precision_plugin, cpu_offload=self.cpu_offload)
+        return precision_plugin
 
-    @precision_plugin.setter
-    def precision_plugin(self, precision_plugin: Precision | None) -> None:
-        check_offload_precision(precision_plugin, cpu_offload=getattr(self, "cpu_offload", False))
-        self._precision_plugin = precision_plugin
-
-    @property
-    def process_group_backend(self) -> str:
-        """The backend in use or about to be: the one given, else gloo (CPU) or cpu:gloo,cuda:nccl."""
-        if self._process_group_backend:
-            return self._process_group_backend
+    def default_process_group_backend(self) -> str:
+        """gloo on CPU; ``cpu:gloo,cuda:nccl`` on CUDA (offloaded gradients need CPU collectives)."""
         return "cpu:gloo,cuda:nccl" if self.root_device.type == "cuda" else "gloo"
 
     @property
@@ -148,28 +114,22 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
 
     @property
     def restore_checkpoint_after_setup(self) -> bool:
-        """True: a sharded checkpoint is loaded into the already sharded model and optimizers."""
+        """True: a sharded checkpoint is read into the sharded model; FSDP checks its layout itself."""
         return True
 
     @property
-    def launcher(self) -> Launcher:
-        """Re-runs the script per local rank (or only runs the stage under torchrun / srun)."""
-        if self._launcher is None:
-            self._configure_launcher()
-        return self._launcher  # type: ignore[no-any-return]
+    def keep_process_group_after_teardown(self) -> bool:
+        """While the Module is sharded its DTensors need the group: it lives until exit.
 
-    def _configure_launcher(self) -> None:
-        self._launcher = SubprocessScriptLauncher(self.cluster_environment, self.num_processes, self.num_nodes)
-
-    def _on_configuration_change(self) -> None:
-        self._launcher = None
+        The module stays sharded after a run (gathering it onto every rank could exceed memory):
+        ``trainer.save_checkpoint`` after ``fit``, a following ``trainer.test(model)`` or a forward
+        pass all communicate. The next run in this process reuses the group.
+        """
+        return isinstance(self._module, FSDPModule)
 
     # ------------------------------------------------------------------ setup
     def setup_environment(self) -> None:
         """Join the process group, select this process's device, then build the device mesh."""
-        self.set_world_ranks()
-        self._set_num_threads_if_needed(self.num_processes)
-        self._init_process_group(self.process_group_backend, self._timeout)
         super().setup_environment()
         shape = mesh_shape(self.device_mesh_spec, world_size=self.world_size, num_nodes=self.num_nodes)
         names = ("shard",) if len(shape) == 1 else ("replicate", "shard")
@@ -181,23 +141,20 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
         with torch.device("meta"):
             yield
 
-    def setup(self, trainer: Any) -> None:
-        """Shard the model, then build optimizers over the sharded (DTensor) parameters.
+    def model_to_device(self) -> None:
+        """Nothing to move yet: ``fully_shard`` places each shard on its device in :meth:`wrap_model`."""
 
-        Optimizers must be created after ``fully_shard``: they have to reference the sharded
-        parameters, so their state is sharded too. Evaluation-only runs are sharded as well, since
-        the full model may not fit on one rank.
+    def wrap_model(self, model: nn.Module, *, training: bool) -> nn.Module:
+        """Shard the Module (also for evaluation: the full model may not fit on one rank).
+
+        Optimizers are created after this, so they reference the sharded (DTensor) parameters and
+        their state is sharded too. FSDP2 shards in place: the Module is its own wrapper.
         """
-        self._require_accelerator().setup(trainer)
-        module = self._require_module()
+        del training
+        module = self.require_module()
         check_offload_precision(self.precision_plugin, cpu_offload=self.cpu_offload)
-        self.model = self.precision_plugin.convert_module(module)
         self._shard(module)
-        self.model = module
-        if bool(getattr(trainer, "training", True)):
-            self.setup_optimizers(trainer)
-        self.setup_precision_plugin()
-        self._apply_pending_restore()
+        return module
 
     def _shard(self, module: nn.Module) -> None:
         if isinstance(module, FSDPModule):  # sharded by an earlier run in this process
@@ -227,36 +184,12 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
             fully_shard_kwargs=kwargs,
         )
 
-    def model_to_device(self) -> None:
-        """Move an unsharded model to the device; ``fully_shard`` places sharded parameters itself."""
-        module = self._require_module()
-        if not isinstance(module, FSDPModule):
-            module.to(self.root_device)
-
     # ------------------------------------------------------------------ steps
-    def _call_step(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """Run a step method through ``module.__call__`` so FSDP's root hooks (unshard, casts) run."""
-        module = self._require_module()
-        if not isinstance(module, FSDPModule):
-            return getattr(module, name)(*args, **kwargs)
-        # FSDP2 hooks live on the module itself: it is its own wrapper.
-        return call_through_wrapper(module, module, name, *args, **kwargs)
-
-    def training_step(self, *args: Any, **kwargs: Any) -> Any:
-        with self.precision_plugin.train_step_context():
-            return self._call_step("training_step", *args, **kwargs)
-
-    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
-        with self.precision_plugin.val_step_context():
-            return self._call_step("validation_step", *args, **kwargs)
-
-    def test_step(self, *args: Any, **kwargs: Any) -> Any:
-        with self.precision_plugin.test_step_context():
-            return self._call_step("test_step", *args, **kwargs)
-
-    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
-        with self.precision_plugin.predict_step_context():
-            return self._call_step("predict_step", *args, **kwargs)
+    @property
+    def forward_wrapper(self) -> nn.Module | None:
+        """The sharded Module itself: FSDP2's root hooks (unshard, input casts) live on it."""
+        module = self._module
+        return module if isinstance(module, FSDPModule) else None
 
     @contextmanager
     def block_backward_sync(self) -> Generator[None, None, None]:
@@ -270,23 +203,6 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
             yield
         finally:
             module.set_requires_gradient_sync(True)
-
-    # ------------------------------------------------------------------ teardown
-    def teardown(self) -> None:
-        """Release the parts but keep the process group while the module is sharded.
-
-        The module stays sharded after a run (gathering it onto every rank could exceed memory),
-        and its DTensors need the process group: ``trainer.save_checkpoint`` after ``fit``, a
-        following ``trainer.test(model)`` or a forward pass all communicate. The group is destroyed
-        at interpreter exit instead, or reused by the next run in this process.
-        """
-        self._restored_sharded = False
-        self._pending_restore = None
-        self._restored_meta = None
-        if self._created_process_group and isinstance(self._module, FSDPModule):
-            self._created_process_group = False
-            destroy_process_group_at_exit()
-        super().teardown()
 
     def __repr__(self) -> str:
         return (
