@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from phalanx import _metadata, hookimpl
+from phalanx import hookimpl
+from phalanx.utilities import installed_version
 
 if TYPE_CHECKING:
     from phalanx.registry import Registry
@@ -110,7 +111,7 @@ def phalanx_select_accelerator() -> str | None:
     installed-metadata check comes first so that ``accelerator="auto"`` costs nothing on machines
     without torch-xla; torch_xla is imported only when both checks say it could be used.
     """
-    if _metadata.version("torch-xla") is None:
+    if installed_version("torch-xla") is None:
         return None
     if not os.environ.get("PJRT_DEVICE") and not _tpu_attached():
         return None
@@ -142,7 +143,7 @@ def phalanx_convert_checkpoint(source: str, destination: str) -> bool | None:
         return None
     from pathlib import Path
 
-    from phalanx._builtin._convert import write_portable
+    from phalanx.utilities import write_portable_checkpoint as write_portable
     from phalanx_strategy_xla.checkpoint_io import load_sharded_to_cpu
 
     checkpoint = load_sharded_to_cpu(Path(source))
@@ -155,7 +156,7 @@ def _tpu_attached() -> bool:
 
     Judged without importing anything, the way torch-xla itself looks for chips.
     """
-    if _metadata.version("libtpu") is None and _metadata.version("libtpu-nightly") is None:
+    if installed_version("libtpu") is None and installed_version("libtpu-nightly") is None:
         return False
     try:
         if any(name.startswith("accel") for name in os.listdir("/dev")):
