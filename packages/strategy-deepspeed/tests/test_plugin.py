@@ -66,7 +66,7 @@ def test_seed_example_constructs_a_trainer() -> None:
 def test_plugin_module_imports_neither_torch_nor_deepspeed() -> None:
     code = (
         "import sys, phalanx_strategy_deepspeed._plugin, phalanx_strategy_deepspeed._layout, "
-        "phalanx_strategy_deepspeed._environment;"
+        "phalanx_strategy_deepspeed.environment;"
         "bad = [m for m in ('torch', 'deepspeed') if m in sys.modules]; assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

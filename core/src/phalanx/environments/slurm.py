@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 
-from phalanx.environments.cluster_environment import ClusterEnvironment
+from phalanx.environments.launched import LaunchedEnvironment
 from phalanx.environments.local import parse_int_env
 from phalanx.errors import MisconfigurationError
 
@@ -21,12 +21,14 @@ _INTERACTIVE_JOB_NAMES = ("bash", "interactive")
 _BRACKET = re.compile(r"\[([^\]]*)\]")
 
 
-class SLURMEnvironment(ClusterEnvironment):
+class SLURMEnvironment(LaunchedEnvironment):
     """Ranks and rendezvous as ``srun`` assigned them; phalanx's setters are ignored."""
 
-    @property
-    def creates_processes_externally(self) -> bool:
-        return True
+    launcher_name = "SLURM"
+    world_size_variable = "SLURM_NTASKS"
+    global_rank_variable = "SLURM_PROCID"
+    local_rank_variable = "SLURM_LOCALID"
+    node_rank_variable = "SLURM_NODEID"
 
     @property
     def main_address(self) -> str:
@@ -45,8 +47,8 @@ class SLURMEnvironment(ClusterEnvironment):
         digits = "".join(ch for ch in job_id if ch.isdigit())
         return 15000 + int(digits[-4:]) if digits else 12910
 
-    @staticmethod
-    def detect() -> bool:
+    @classmethod
+    def detect(cls) -> bool:
         """True inside an ``srun`` step of a batch job (not an interactive ``srun --pty bash`` shell)."""
         return "SLURM_NTASKS" in os.environ and os.environ.get("SLURM_JOB_NAME") not in _INTERACTIVE_JOB_NAMES
 
@@ -69,23 +71,8 @@ class SLURMEnvironment(ClusterEnvironment):
             first.append(ch)
         return _BRACKET.sub(lambda m: re.split(r"[,-]", m.group(1))[0], "".join(first))
 
-    def world_size(self) -> int:
-        return parse_int_env("SLURM_NTASKS", os.environ.get("SLURM_NTASKS"))
-
-    def set_world_size(self, size: int) -> None:
-        """Ignored: SLURM decided the world size."""
-
-    def global_rank(self) -> int:
-        return parse_int_env("SLURM_PROCID", os.environ.get("SLURM_PROCID"))
-
-    def set_global_rank(self, rank: int) -> None:
-        """Ignored: SLURM decided the rank."""
-
-    def local_rank(self) -> int:
-        return parse_int_env("SLURM_LOCALID", os.environ.get("SLURM_LOCALID"))
-
     def node_rank(self) -> int:
-        return parse_int_env("SLURM_NODEID", os.environ.get("SLURM_NODEID"))
+        return self._read(self.node_rank_variable)
 
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         """Fail early when the Trainer's process count differs from the tasks SLURM allocated."""

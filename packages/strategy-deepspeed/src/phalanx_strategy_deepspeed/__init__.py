@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any
 __all__ = ["DeepSpeedLauncherEnvironment", "DeepSpeedPrecision", "DeepSpeedStrategy"]
 
 if TYPE_CHECKING:
-    from phalanx_strategy_deepspeed._environment import DeepSpeedLauncherEnvironment
+    from phalanx_strategy_deepspeed.environment import DeepSpeedLauncherEnvironment
     from phalanx_strategy_deepspeed._precision import DeepSpeedPrecision
     from phalanx_strategy_deepspeed.strategy import DeepSpeedStrategy
 
 _LAZY = {
     "DeepSpeedStrategy": "phalanx_strategy_deepspeed.strategy",
     "DeepSpeedPrecision": "phalanx_strategy_deepspeed._precision",
-    "DeepSpeedLauncherEnvironment": "phalanx_strategy_deepspeed._environment",
+    "DeepSpeedLauncherEnvironment": "phalanx_strategy_deepspeed.environment",
 }
 
 

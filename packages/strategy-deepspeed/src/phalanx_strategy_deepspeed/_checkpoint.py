@@ -63,7 +63,7 @@ class DeepSpeedCheckpointing:
         """The Module's weights; empty under stage 3, where they are sharded and the engine saves them."""
         if self.zero_stage_3:  # type: ignore[attr-defined]
             return {}
-        return self._require_module().state_dict()  # type: ignore[attr-defined,no-any-return]
+        return self.require_module().state_dict()  # type: ignore[attr-defined,no-any-return]
 
     def optimizer_state(self, optimizer: Any) -> dict[str, Any]:
         """Empty: each rank's optimizer shard is saved by the engine, not gathered into one dict."""
@@ -107,7 +107,7 @@ class DeepSpeedCheckpointing:
             manifest = CheckpointManifest(
                 world_size=self.world_size,  # type: ignore[attr-defined]
                 zero_stage=self.zero_stage,  # type: ignore[attr-defined]
-                parameters=parameter_shapes(self._require_module()),  # type: ignore[attr-defined]
+                parameters=parameter_shapes(self.require_module()),  # type: ignore[attr-defined]
                 phalanx_version=__version__,
             )
             write_manifest(path, manifest)
@@ -149,7 +149,7 @@ class DeepSpeedCheckpointing:
             )
             raise CheckpointError(msg)
         manifest = read_manifest(path)
-        module = self._require_module()  # type: ignore[attr-defined]
+        module = self.require_module()  # type: ignore[attr-defined]
         mode = "engine"
         if manifest is not None:
             difference = compare_parameters(manifest.parameters, parameter_shapes(module))
@@ -187,7 +187,7 @@ class DeepSpeedCheckpointing:
         raise CheckpointError(msg)
 
     def _fitting(self) -> bool:
-        module = self._require_module()  # type: ignore[attr-defined]
+        module = self.require_module()  # type: ignore[attr-defined]
         trainer = getattr(module, "_trainer", None)
         fn = getattr(getattr(trainer, "state", None), "fn", None)
         return fn is None or str(getattr(fn, "value", fn)) == "fit"
@@ -245,9 +245,9 @@ class DeepSpeedCheckpointing:
         values on exit. ZeRO optimizers keep an fp32 master copy of the weights; it is refreshed,
         or the next step would write the old weights back.
         """
-        module = self._require_module()  # type: ignore[attr-defined]
+        module = self.require_module()  # type: ignore[attr-defined]
         if self.zero_stage_3:  # type: ignore[attr-defined]
-            from phalanx_strategy_deepspeed._env import import_deepspeed
+            from phalanx_strategy_deepspeed._runtime import import_deepspeed
 
             deepspeed = import_deepspeed()
             with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=0):

@@ -82,7 +82,7 @@ def release_engine(engine: Any, module: nn.Module, *, gather: bool) -> None:
     as after any other strategy; the engine's hooks are removed so the Module runs on its own.
     """
     if gather:
-        from phalanx_strategy_deepspeed._env import import_deepspeed
+        from phalanx_strategy_deepspeed._runtime import import_deepspeed
 
         deepspeed = import_deepspeed()
         for sub in module.modules():

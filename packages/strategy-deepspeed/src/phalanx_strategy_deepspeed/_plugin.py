@@ -68,7 +68,7 @@ def phalanx_register_cluster_environments(registry: Registry) -> None:
     """Register the environment of ranks started by the ``deepspeed`` command-line launcher."""
     registry.register(
         "deepspeed_launcher",
-        "phalanx_strategy_deepspeed._environment:DeepSpeedLauncherEnvironment",
+        "phalanx_strategy_deepspeed.environment:DeepSpeedLauncherEnvironment",
         "Launched by the `deepspeed` command (RANK, LOCAL_RANK, CROSS_RANK, ...)",
         requires=_REQUIRES,
     )

@@ -16,22 +16,16 @@ import logging
 import os
 from collections.abc import Generator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from datetime import timedelta
 from typing import Any, ClassVar
 
-import torch
-
 from phalanx.accelerators.accelerator import Accelerator
-from phalanx.checkpoint_io.checkpoint_io import CheckpointIO
-from phalanx.environments.cluster_environment import ClusterEnvironment
 from phalanx.errors import MisconfigurationError
-from phalanx.launchers.launcher import Launcher
-from phalanx.launchers.subprocess_script import SubprocessScriptLauncher
 from phalanx.precision.precision import Precision
-from phalanx.strategies.parallel import ParallelStrategy
+from phalanx.strategies.configuration import StrategyConfiguration
+from phalanx.strategies.parallel import ParallelStrategy, split_parallel_arguments
 from phalanx_strategy_deepspeed import _config, _engine
 from phalanx_strategy_deepspeed._checkpoint import DeepSpeedCheckpointing
-from phalanx_strategy_deepspeed._env import (
+from phalanx_strategy_deepspeed._runtime import (
     communication_backend,
     import_deepspeed,
     reset_comm_backend,
@@ -64,9 +58,6 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
         zero_allow_untested_optimizer: Let ZeRO wrap optimizers DeepSpeed has not tested.
         load_full_weights: Treat a ``ckpt_path`` *file* as full weights (e.g. a converted checkpoint).
         exclude_frozen_parameters: Leave parameters without gradients out of saved checkpoints.
-        process_group_backend: gloo / nccl / ccl; default DeepSpeed's choice for the accelerator
-            (nccl on CUDA, ccl on CPU when oneCCL is installed, else gloo).
-        timeout: How long collectives wait for other ranks.
         build_cpu_comm_op: On CPU, let DeepSpeed JIT-compile its shared-memory all-reduce op when
             the process group is set up. It serves only DeepSpeed's inference kernels, not ZeRO
             training, and takes minutes to build, so it is skipped by default.
@@ -74,10 +65,12 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
             (every rank holds them), as after any other strategy, so it can be evaluated, saved or
             trained again. Set False for models too large for one rank's memory; the Module is then
             only usable through checkpoints.
-        parallel_devices, cluster_environment, checkpoint_io, precision_plugin: See
-            :class:`~phalanx.strategies.parallel.ParallelStrategy`.
-        **tuning: ZeRO / offload / aio / activation-checkpointing / loss-scale knobs with
-            Lightning's names and defaults (see ``_config.TUNING_DEFAULTS``).
+        **kwargs: Every :class:`~phalanx.strategies.parallel.ParallelStrategy` argument
+            (``parallel_devices``, ``cluster_environment``, ``checkpoint_io``, ``precision_plugin``,
+            ``process_group_backend`` (default DeepSpeed's choice for the accelerator: nccl on
+            CUDA, ccl on CPU when oneCCL is installed, else gloo), ``timeout``; only
+            ``start_method="popen"``); the rest are ZeRO / offload / aio / activation-checkpointing /
+            loss-scale knobs with Lightning's names and defaults (see ``_config.TUNING_DEFAULTS``).
 
     Raises:
         MisconfigurationError: Unknown stage or offload device, NVMe without ``nvme_path``, a config
@@ -85,7 +78,7 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str] = "deepspeed"
-    _precision_plugin: Precision | None
+    supported_start_methods = ("popen",)
 
     def __init__(
         self,
@@ -105,23 +98,12 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
         zero_allow_untested_optimizer: bool = True,
         load_full_weights: bool = False,
         exclude_frozen_parameters: bool = False,
-        process_group_backend: str | None = None,
-        timeout: timedelta | None = None,
         build_cpu_comm_op: bool = False,
         gather_on_teardown: bool = True,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironment | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision_plugin: Precision | None = None,
-        **tuning: Any,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-        )
+        parallel, tuning = split_parallel_arguments(kwargs)
+        super().__init__(accelerator, **parallel)
         self._options = _config.DeepSpeedOptions(
             stage=stage,
             zero_optimization=zero_optimization,
@@ -146,8 +128,6 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
         self.load_full_weights = load_full_weights
         self.exclude_frozen_parameters = exclude_frozen_parameters
         self._logging_level = logging_level
-        self._process_group_backend = process_group_backend
-        self._timeout = timeout
         self.build_cpu_comm_op = build_cpu_comm_op
         self.gather_on_teardown = gather_on_teardown
         self._failed = False
@@ -163,19 +143,11 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
     def zero_stage_3(self) -> bool:
         return self.zero_stage == 3
 
-    @property
-    def precision_plugin(self) -> Precision:
-        """Always a :class:`DeepSpeedPrecision`; any precision assigned is converted by name."""
-        current: Precision | None = self._precision_plugin
-        if not isinstance(current, DeepSpeedPrecision):
-            current = DeepSpeedPrecision(str(getattr(current, "precision", "32-true")))
-            self._precision_plugin = current
-        return current
-
-    @precision_plugin.setter
-    def precision_plugin(self, precision_plugin: Precision | None) -> None:
-        self._precision_plugin = precision_plugin
-        _ = self.precision_plugin  # convert now: an unsupported precision fails at Trainer(...)
+    def adapt_precision_plugin(self, precision_plugin: Precision) -> Precision:
+        """Always a :class:`DeepSpeedPrecision`, converted by name: an unsupported one fails at ``Trainer(...)``."""
+        if isinstance(precision_plugin, DeepSpeedPrecision):
+            return precision_plugin
+        return DeepSpeedPrecision(precision_plugin.precision)
 
     @property
     def handles_gradient_accumulation(self) -> bool:
@@ -197,19 +169,10 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
         """The DeepSpeed engine after :meth:`setup` (it is :attr:`model`), else None."""
         return self.model if hasattr(self.model, "backward") and self.model is not self.module else None
 
-    @property
-    def launcher(self) -> Launcher:
-        """Re-runs the script per local rank; starts nothing under torchrun / srun / deepspeed."""
-        if self._launcher is None:
-            self._configure_launcher()
-        return self._launcher  # type: ignore[no-any-return]
-
-    def _configure_launcher(self) -> None:
+    def configure(self, config: StrategyConfiguration) -> None:
+        """Also refuse a precision the devices cannot run (fp16 on CPU) before anything launches."""
+        super().configure(config)
         self._check_precision_for_devices()
-        self._launcher = SubprocessScriptLauncher(self.cluster_environment, self.num_processes, self.num_nodes)
-
-    def _on_configuration_change(self) -> None:
-        self._launcher = None
 
     def _check_precision_for_devices(self) -> None:
         devices = self.parallel_devices
@@ -218,33 +181,33 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
             precision.check_device(devices[0])
 
     # ------------------------------------------------------------------ setup
-    def setup_environment(self) -> None:
-        """Pick DeepSpeed's accelerator, then create the process group and hand it to deepspeed.comm."""
-        self.set_world_ranks()
+    def default_process_group_backend(self) -> str:
+        """DeepSpeed's choice for its accelerator (ccl on CPU when oneCCL is installed, else gloo)."""
+        return communication_backend(None)
+
+    def setup_distributed(self) -> None:
+        """Pick DeepSpeed's accelerator, create the process group, then hand it to deepspeed.comm.
+
+        deepspeed is imported only now, after the device is known, because it fixes its
+        accelerator on import.
+        """
         device = self.root_device
         precision = self.precision_plugin
         assert isinstance(precision, DeepSpeedPrecision)
         precision.check_device(device)
         deepspeed = import_deepspeed("cuda" if device.type == "cuda" else device.type)
         logging.getLogger("DeepSpeed").setLevel(self._logging_level)
-        self._set_num_threads_if_needed(self.num_processes)
-        backend = communication_backend(self._process_group_backend)
-        self._init_process_group(backend, self._timeout)
-        kwargs: dict[str, Any] = {"dist_backend": backend, "auto_mpi_discovery": False, "verbose": False}
-        if self._timeout is not None:
-            kwargs["timeout"] = self._timeout
+        super().setup_distributed()
+        kwargs: dict[str, Any] = {"dist_backend": self.process_group_backend, "auto_mpi_discovery": False, "verbose": False}
+        if self.timeout is not None:
+            kwargs["timeout"] = self.timeout
         with skip_shm_comm_build(device.type == "cpu" and not self.build_cpu_comm_op):
             deepspeed.init_distributed(**kwargs)
-        super().setup_environment()
-
-    def model_to_device(self) -> None:
-        assert self.model is not None
-        self.model.to(self.root_device)
 
     def setup(self, trainer: Any) -> None:
         """Build the engine: the Module, its optimizer (or the config's) and the completed config."""
-        self._require_accelerator().setup(trainer)
-        module = self._require_module()
+        self.require_accelerator().setup(trainer)
+        module = self.require_module()
         self._trainer = trainer
         stale = _engine.stale_partitions(module)
         if stale:
@@ -339,10 +302,10 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
 
     def teardown(self) -> None:
         """Release the engine (ZeRO-3: weights gathered back), the process group, deepspeed.comm's state."""
-        created = self._created_process_group
+        created = self.created_process_group
         engine = self.deepspeed_engine
         if engine is not None:
-            module = self._require_module()
+            module = self.require_module()
             gather = self.zero_stage_3 and self.gather_on_teardown and not self._failed
             _engine.release_engine(engine, module, gather=gather)
             self.model = module
