@@ -230,19 +230,20 @@ class ParallelStrategy(ParallelCollectives, Strategy):
         self._launcher = self.create_launcher()
 
     @property
-    def launcher(self) -> Launcher:
+    def launcher(self) -> Launcher | None:
         """Starts the other processes; built by :meth:`configure` (or on first use when standalone)."""
         if self._launcher is None:
             self._launcher = self.create_launcher()
         return self._launcher  # type: ignore[no-any-return]
 
-    def create_launcher(self) -> Launcher:
+    def create_launcher(self) -> Launcher | None:
         """The launcher for :attr:`start_method`: re-run the script, or spawn / fork workers.
 
         When something else already started the processes (torchrun, srun, a re-run child) the
         script launcher is used whatever the start method: it then starts nothing and only runs the
         stage, so ``ddp_spawn`` under torchrun does not spawn a second set of workers. Override to
-        use another launcher (XLA uses torch-xla's).
+        use another launcher (XLA uses torch-xla's), or return None for a strategy that drives all
+        its devices from this one process (SPMD).
         """
         from phalanx.launchers.multiprocessing import MultiProcessingLauncher
         from phalanx.launchers.subprocess_script import SubprocessScriptLauncher

@@ -225,8 +225,8 @@ class Strategy(StrategyCollectives, StrategyCheckpointing, StrategyHooks, ABC):
         the cluster environment and build their launcher here. Override to validate further, calling
         ``super().configure(config)`` first; raise ``MisconfigurationError`` naming the fix.
         """
-        if self._accelerator is None:
-            self._accelerator = config.accelerator
+        if self.accelerator is None:
+            self.accelerator = config.accelerator
         self.precision_plugin = config.precision_plugin
         if config.checkpoint_io is not None:
             self.checkpoint_io = config.checkpoint_io

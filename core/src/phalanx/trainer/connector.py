@@ -231,10 +231,10 @@ def resolve_strategy(
     )
     instance.configure(config)
     launcher = instance.launcher
-    if config.num_processes > 1 and launcher is None and not _process_group_exists():
+    if instance.world_size > 1 and launcher is None and not _process_group_exists():
         msg = (
-            f"Trainer(strategy={name!r}) was asked for {config.num_processes} processes (devices={devices!r}, "
-            f"num_nodes={num_nodes}), but {type(instance).__name__} has no launcher to start them and no process "
+            f"Trainer(strategy={name!r}): {type(instance).__name__} reports world_size={instance.world_size} "
+            f"(devices={devices!r}, num_nodes={num_nodes}), but it has no launcher to start the processes and no process "
             "group exists, so training would silently run in one process. Fix: subclass "
             "phalanx.strategies.ParallelStrategy (it launches and joins the process group itself), return a "
             "Launcher from the strategy's `launcher`, or start the job with torchrun."

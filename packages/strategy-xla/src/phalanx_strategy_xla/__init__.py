@@ -23,7 +23,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 _LAZY = {
-    "SingleDeviceXLAStrategy": "phalanx_strategy_xla.single",
+    "SingleDeviceXLAStrategy": "phalanx_strategy_xla.single_device",
     "XLAAccelerator": "phalanx_strategy_xla.accelerator",
     "XLACheckpointIO": "phalanx_strategy_xla.checkpoint_io",
     "XLAEnvironment": "phalanx_strategy_xla.environment",
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from phalanx_strategy_xla.environment import XLAEnvironment
     from phalanx_strategy_xla.launcher import XLALauncher
     from phalanx_strategy_xla.precision import XLAPrecision
-    from phalanx_strategy_xla.single import SingleDeviceXLAStrategy
+    from phalanx_strategy_xla.single_device import SingleDeviceXLAStrategy
     from phalanx_strategy_xla.spmd import XLAFSDPStrategy
     from phalanx_strategy_xla.strategy import XLAStrategy
 

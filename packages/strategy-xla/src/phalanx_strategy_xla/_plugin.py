@@ -40,7 +40,7 @@ def phalanx_register_strategies(registry: Registry) -> None:
     """Register single_xla, xla, xla_debug and the SPMD strategy xla_fsdp."""
     registry.register(
         "single_xla",
-        f"{_PKG}.single:SingleDeviceXLAStrategy",
+        f"{_PKG}.single_device:SingleDeviceXLAStrategy",
         "One XLA device (a TPU core, or XLA:CPU) in this process; graphs cut once per optimizer step",
         requires=_REQUIRES,
     )
@@ -141,13 +141,9 @@ def phalanx_convert_checkpoint(source: str, destination: str) -> bool | None:
     """
     if not os.path.isfile(os.path.join(source, SHARDED_MARKER)):
         return None
-    from pathlib import Path
+    from phalanx_strategy_xla._convert import convert_sharded_checkpoint
 
-    from phalanx.utilities import write_portable_checkpoint as write_portable
-    from phalanx_strategy_xla.checkpoint_io import load_sharded_to_cpu
-
-    checkpoint = load_sharded_to_cpu(Path(source))
-    write_portable(checkpoint["state_dict"], destination, source=source, extra=checkpoint)
+    convert_sharded_checkpoint(source, destination)
     return True
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from phalanx._collections import apply_to_collection
+from phalanx.utilities import apply_to_collection
 from phalanx.checkpoint_io.checkpoint_io import PathLike
 from phalanx.checkpoint_io.torch_io import TorchCheckpointIO
 from phalanx.errors import CheckpointError, MisconfigurationError

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from typing import Any
 
 from phalanx.errors import MisconfigurationError
-from phalanx.launchers import _results
 from phalanx.launchers.launcher import Launcher
+from phalanx.utilities import load_worker_results, save_worker_results
 from phalanx_strategy_xla import _runtime
+from phalanx_strategy_xla.environment import XLAEnvironment
 
 __all__ = ["XLALauncher"]
 
@@ -76,18 +77,15 @@ class XLALauncher(Launcher):
                 nprocs=None,  # torch-xla: None means one worker per device, the only other choice than 1
                 start_method=self._start_method,
             )
-            payload = _results.load(results_path)
+            return load_worker_results(results_path, self._strategy, trainer)
         finally:
             shutil.rmtree(results_dir, ignore_errors=True)
-        if payload is None:
-            return None
-        return _results.recover_in_main_process(payload, self._strategy, trainer)
 
 
 def _mark_launched(strategy: Any) -> None:
     strategy._launched = True
-    environment = getattr(strategy, "_cluster_environment", None)
-    if environment is not None and hasattr(environment, "launched"):
+    environment = strategy.cluster_environment
+    if isinstance(environment, XLAEnvironment):
         environment.launched = True
 
 
@@ -124,6 +122,5 @@ def _run_in_worker(
     strategy = trainer.strategy if trainer is not None else launcher._strategy
     _mark_launched(strategy)
     result = function(*args, **kwargs)
-    payload = _results.collect(strategy, trainer, result)
     if strategy.local_rank == 0:
-        _results.save(payload, results_path)
+        save_worker_results(strategy, trainer, result, results_path)

@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from phalanx.errors import MisconfigurationError
-from phalanx.precision.precision import Precision, _cast_floats, _default_dtype
+from phalanx.precision.precision import Precision
+from phalanx.utilities import cast_floats, default_dtype
 
 __all__ = ["SUPPORTED", "XLAPrecision", "to_xla_precision"]
 
@@ -49,21 +50,21 @@ class XLAPrecision(Precision):
 
     def convert_input(self, data: Any) -> Any:
         """Cast float inputs to bfloat16 for "bf16-true" so they match the weights."""
-        return _cast_floats(data, torch.bfloat16) if self.precision == "bf16-true" else data
+        return cast_floats(data, torch.bfloat16) if self.precision == "bf16-true" else data
 
     def tensor_init_context(self) -> AbstractContextManager[None]:
         """Create float tensors in bfloat16 for "bf16-true": a large model never exists in float32."""
-        return _default_dtype(self.dtype)
+        return default_dtype(self.dtype)
 
     def module_init_context(self) -> AbstractContextManager[None]:
         """Instantiate modules in the weight dtype, for the same memory reason."""
-        return _default_dtype(self.dtype)
+        return default_dtype(self.dtype)
 
     def forward_context(self) -> AbstractContextManager[Any]:
         """bfloat16 autocast on XLA for "bf16-mixed"; default-dtype scope otherwise."""
         if self.precision == "bf16-mixed":
             return torch.autocast("xla", dtype=torch.bfloat16)
-        return _default_dtype(self.dtype)
+        return default_dtype(self.dtype)
 
 
 def _unsupported_message(precision: str) -> str:

@@ -17,16 +17,17 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
+from torch import nn
 
-from phalanx._collections import apply_to_collection
+from phalanx.utilities import apply_to_collection
 from phalanx.accelerators.accelerator import Accelerator
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO
 from phalanx.errors import MisconfigurationError
 from phalanx.precision.precision import Precision
 from phalanx.strategies.parallel import ParallelStrategy
 from phalanx_strategy_xla import _runtime
-from phalanx_strategy_xla._common import XLAStrategyMixin, check_accelerator, wrap_dataloader
-from phalanx_strategy_xla.precision import to_xla_precision
+from phalanx_strategy_xla._strategy_base import XLAStrategyMixin, check_accelerator, wrap_dataloader
+
 
 __all__ = ["XLAFSDPStrategy"]
 
@@ -81,7 +82,7 @@ class XLAFSDPStrategy(XLAStrategyMixin, ParallelStrategy):
             accelerator,
             parallel_devices=parallel_devices,
             checkpoint_io=checkpoint_io,
-            precision_plugin=to_xla_precision(precision_plugin),
+            precision_plugin=precision_plugin,
         )
         self.mesh_shape = mesh_shape
         self.axis_names = tuple(axis_names)
@@ -119,20 +120,13 @@ class XLAFSDPStrategy(XLAStrategyMixin, ParallelStrategy):
         """One replica: every step reads the global batch, which sharding then splits."""
         return {"num_replicas": 1, "rank": 0}
 
-    @property
-    def checkpoint_io(self) -> CheckpointIO:
+    def default_checkpoint_io(self) -> CheckpointIO:
         """XLA checkpoint IO, sharded (a DCP folder) when ``state_dict_type="sharded"``."""
-        if self._checkpoint_io is None:
-            from phalanx_strategy_xla.checkpoint_io import XLACheckpointIO
+        from phalanx_strategy_xla.checkpoint_io import XLACheckpointIO
 
-            self._checkpoint_io = XLACheckpointIO(sharded=self.state_dict_type == "sharded")
-        return self._checkpoint_io
+        return XLACheckpointIO(sharded=self.state_dict_type == "sharded")
 
-    @checkpoint_io.setter
-    def checkpoint_io(self, io: CheckpointIO | None) -> None:
-        self._checkpoint_io = io
-
-    def _configure_launcher(self) -> None:
+    def create_launcher(self) -> None:  # type: ignore[override]
         """No launcher (one process); check the devices cover the whole runtime, as a mesh must."""
         requested = self.num_processes * self.num_nodes
         if self.num_nodes != 1:
@@ -171,13 +165,17 @@ class XLAFSDPStrategy(XLAStrategyMixin, ParallelStrategy):
         super().setup_environment()
 
     def model_to_device(self) -> None:
-        """Move the Module to the SPMD device and wrap it in FSDPv2, which shards the parameters."""
+        """Move the Module to the SPMD device (one process holds the whole mesh)."""
+        self.require_module().to(self.root_device)
+
+    def wrap_model(self, model: nn.Module, *, training: bool) -> nn.Module:
+        """Wrap the Module in FSDPv2, which shards the parameters over the mesh (also for evaluation)."""
         from torch_xla.experimental.spmd_fully_sharded_data_parallel import SpmdFullyShardedDataParallel
 
-        module = self._require_module()
-        module.to(self.root_device)
+        del training
+        module = self.require_module()
         try:
-            self.model = SpmdFullyShardedDataParallel(
+            return SpmdFullyShardedDataParallel(
                 module, mesh=self.mesh, shard_output=_keep_output_sharding, auto_wrap_policy=self.auto_wrap_policy
             )
         except RuntimeError as err:

@@ -26,10 +26,10 @@ from phalanx.precision.precision import Precision
 from phalanx.strategies.parallel import ParallelStrategy
 from phalanx.strategies.strategy import TBroadcast
 from phalanx_strategy_xla import _runtime
-from phalanx_strategy_xla._common import XLAStrategyMixin, check_accelerator
+from phalanx_strategy_xla._strategy_base import XLAStrategyMixin, check_accelerator
 from phalanx_strategy_xla.environment import XLAEnvironment
 from phalanx_strategy_xla.launcher import XLALauncher
-from phalanx_strategy_xla.precision import to_xla_precision
+
 
 __all__ = ["XLAStrategy"]
 
@@ -51,6 +51,7 @@ class XLAStrategy(XLAStrategyMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str] = "xla"
+    supported_start_methods = ("fork", "spawn")
 
     def __init__(
         self,
@@ -68,10 +69,10 @@ class XLAStrategy(XLAStrategyMixin, ParallelStrategy):
             parallel_devices=parallel_devices,
             cluster_environment=XLAEnvironment(),
             checkpoint_io=checkpoint_io,
-            precision_plugin=to_xla_precision(precision_plugin),
+            precision_plugin=precision_plugin,
+            start_method=start_method,
         )
         self.debug = debug
-        self.start_method = start_method
         self._launched = False
         self._saved_env: dict[str, str | None] = {}
 
@@ -81,10 +82,10 @@ class XLAStrategy(XLAStrategyMixin, ParallelStrategy):
         return "xla_debug" if self.debug else "xla"
 
     # ------------------------------------------------------------------ launching
-    def _configure_launcher(self) -> None:
+    def create_launcher(self) -> XLALauncher:
         """Check the device count torch-xla can launch, then create its launcher."""
         self._check_device_count()
-        self._launcher = XLALauncher(self, start_method=self.start_method)
+        return XLALauncher(self, start_method=self.start_method)
 
     def _check_device_count(self) -> None:
         requested = self.num_processes * self.num_nodes
@@ -151,7 +152,7 @@ class XLAStrategy(XLAStrategyMixin, ParallelStrategy):
 
     def model_to_device(self) -> None:
         """Move the Module to this replica's device; replicas then start from replica 0's weights."""
-        module = self._require_module()
+        module = self.require_module()
         module.to(self.root_device)
         if self.is_distributed:
             import torch_xla.core.xla_model as xm

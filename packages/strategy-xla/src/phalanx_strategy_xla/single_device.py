@@ -17,8 +17,7 @@ from phalanx.errors import MisconfigurationError
 from phalanx.precision.precision import Precision
 from phalanx.strategies.single_device import SingleDeviceStrategy
 from phalanx_strategy_xla import _runtime
-from phalanx_strategy_xla._common import XLAStrategyMixin, check_accelerator
-from phalanx_strategy_xla.precision import to_xla_precision
+from phalanx_strategy_xla._strategy_base import XLAStrategyMixin, check_accelerator
 
 __all__ = ["SingleDeviceXLAStrategy"]
 
@@ -52,7 +51,7 @@ class SingleDeviceXLAStrategy(XLAStrategyMixin, SingleDeviceStrategy):
             resolved,
             accelerator=accelerator,
             checkpoint_io=checkpoint_io,
-            precision_plugin=to_xla_precision(precision_plugin),
+            precision_plugin=precision_plugin,
         )
 
     @property

@@ -67,8 +67,6 @@ class XLAStrategyMixin:
 
     strategy_name: ClassVar[str]
     _accelerator: Accelerator | None
-    _precision_plugin: Precision | None
-    _checkpoint_io: CheckpointIO | None
 
     # ------------------------------------------------------------------ parts
     @property
@@ -81,31 +79,22 @@ class XLAStrategyMixin:
         check_accelerator(self.strategy_name, accelerator)
         self._accelerator = accelerator
 
-    @property
-    def precision_plugin(self) -> Precision:
-        """float32 unless set; the core's bf16 precisions are swapped for XLA's, fp16 refused."""
-        if self._precision_plugin is None:
-            self._precision_plugin = Precision()
-        return self._precision_plugin
+    def adapt_precision_plugin(self, precision_plugin: Precision) -> Precision:
+        """The core's bf16 precisions are swapped for XLA's; fp16 / fp64 are refused."""
+        adapted = to_xla_precision(precision_plugin)
+        assert adapted is not None
+        return adapted
 
-    @precision_plugin.setter
-    def precision_plugin(self, precision: Precision | None) -> None:
-        self._precision_plugin = to_xla_precision(precision)
+    def default_checkpoint_io(self) -> CheckpointIO:
+        """XLA checkpoint IO: tensors to CPU, the master ordinal writes."""
+        from phalanx_strategy_xla.checkpoint_io import XLACheckpointIO
 
-    @property
-    def checkpoint_io(self) -> CheckpointIO:
-        """XLA checkpoint IO (tensors to CPU, master ordinal writes) unless another was given."""
-        if self._checkpoint_io is None:
-            from phalanx_strategy_xla.checkpoint_io import XLACheckpointIO
+        return XLACheckpointIO()
 
-            self._checkpoint_io = XLACheckpointIO()
-        return self._checkpoint_io
+    def setup_distributed(self) -> None:
+        """No torch.distributed group: torch-xla's runtime connects the replicas (collectives use ``xm``)."""
 
-    @checkpoint_io.setter
-    def checkpoint_io(self, io: CheckpointIO | None) -> None:
-        self._checkpoint_io = io
-
-    def _default_accelerator(self) -> Accelerator:
+    def default_accelerator(self) -> Accelerator:
         from phalanx_strategy_xla.accelerator import XLAAccelerator
 
         return XLAAccelerator()
