@@ -26,7 +26,7 @@ def _initialized() -> bool:
 class ParallelCollectives(StrategyCollectives):
     """``all_gather`` / ``reduce`` / ``broadcast`` / ``barrier`` mixed into ParallelStrategy."""
 
-    root_device: torch.device  # provided by ParallelStrategy
+
 
     def all_gather(self, tensor: torch.Tensor, group: Any | None = None, sync_grads: bool = False) -> torch.Tensor:
         """Gather ``tensor`` from every rank into a tensor of shape ``(world_size, *tensor.shape)``.

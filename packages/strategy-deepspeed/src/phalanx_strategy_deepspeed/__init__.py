@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 __all__ = ["DeepSpeedLauncherEnvironment", "DeepSpeedPrecision", "DeepSpeedStrategy"]
 
 if TYPE_CHECKING:
-    from phalanx_strategy_deepspeed.environment import DeepSpeedLauncherEnvironment
     from phalanx_strategy_deepspeed._precision import DeepSpeedPrecision
+    from phalanx_strategy_deepspeed.environment import DeepSpeedLauncherEnvironment
     from phalanx_strategy_deepspeed.strategy import DeepSpeedStrategy
 
 _LAZY = {

@@ -72,8 +72,8 @@ def convert_deepspeed_checkpoint(source: str, destination: str) -> None:
 
     The Trainer's epoch and global step are carried over when phalanx wrote the directory.
     """
-    from phalanx.utilities import write_portable_checkpoint as write_portable
     from phalanx.checkpoint_io.torch_io import TorchCheckpointIO
+    from phalanx.utilities import write_portable_checkpoint as write_portable
     from phalanx_strategy_deepspeed._checkpoint import TRAINER_STATE
     from phalanx_strategy_deepspeed._layout import read_manifest
 

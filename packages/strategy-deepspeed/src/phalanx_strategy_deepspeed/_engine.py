@@ -12,8 +12,8 @@ from typing import Any
 
 from torch import nn
 
-from phalanx.utilities import LRSchedulerConfig, init_optimizers_and_lr_schedulers
 from phalanx.errors import MisconfigurationError
+from phalanx.utilities import LRSchedulerConfig, init_optimizers_and_lr_schedulers
 
 __all__ = ["adopt_scheduler", "auto_batch_size", "client_optimizer", "inference_config"]
 

@@ -25,13 +25,13 @@ from phalanx.strategies.configuration import StrategyConfiguration
 from phalanx.strategies.parallel import ParallelStrategy, split_parallel_arguments
 from phalanx_strategy_deepspeed import _config, _engine
 from phalanx_strategy_deepspeed._checkpoint import DeepSpeedCheckpointing
+from phalanx_strategy_deepspeed._precision import DeepSpeedPrecision
 from phalanx_strategy_deepspeed._runtime import (
     communication_backend,
     import_deepspeed,
     reset_comm_backend,
     skip_shm_comm_build,
 )
-from phalanx_strategy_deepspeed._precision import DeepSpeedPrecision
 
 __all__ = ["DeepSpeedStrategy"]
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from phalanx.utilities import apply_to_collection
 from phalanx.checkpoint_io.checkpoint_io import PathLike
 from phalanx.checkpoint_io.torch_io import TorchCheckpointIO
 from phalanx.errors import CheckpointError, MisconfigurationError
+from phalanx.utilities import apply_to_collection
 from phalanx_strategy_xla._plugin import SHARDED_MARKER
 
 __all__ = ["SHARDED_MARKER", "XLACheckpointIO", "load_sharded_to_cpu"]

@@ -19,15 +19,14 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from phalanx.utilities import apply_to_collection
 from phalanx.accelerators.accelerator import Accelerator
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO
 from phalanx.errors import MisconfigurationError
 from phalanx.precision.precision import Precision
 from phalanx.strategies.parallel import ParallelStrategy
+from phalanx.utilities import apply_to_collection
 from phalanx_strategy_xla import _runtime
 from phalanx_strategy_xla._strategy_base import XLAStrategyMixin, check_accelerator, wrap_dataloader
-
 
 __all__ = ["XLAFSDPStrategy"]
 

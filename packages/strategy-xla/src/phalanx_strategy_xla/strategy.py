@@ -30,7 +30,6 @@ from phalanx_strategy_xla._strategy_base import XLAStrategyMixin, check_accelera
 from phalanx_strategy_xla.environment import XLAEnvironment
 from phalanx_strategy_xla.launcher import XLALauncher
 
-
 __all__ = ["XLAStrategy"]
 
 _DEBUG_ENV = {"PT_XLA_DEBUG": "1", "PT_XLA_DEBUG_LEVEL": "1"}
