@@ -6,9 +6,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from phalanx.testing import StrategyConformance
 
 
+@pytest.mark.timeout(StrategyConformance.timeout + 60)  # the kit's own run timeout fires first
 class TestDDPForkConformance(StrategyConformance):
     strategy = "ddp_fork"
     devices = 2

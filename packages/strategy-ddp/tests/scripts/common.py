@@ -75,8 +75,11 @@ def loader() -> DataLoader:
     return DataLoader(dataset(), batch_size=BATCH_SIZE, shuffle=True)
 
 
-def plain_ddp_loop() -> dict[str, torch.Tensor]:
-    """What a user writes by hand under torchrun: DDP + DistributedSampler(seed=0) + set_epoch."""
+def plain_ddp_loop(*, destroy: bool = True) -> dict[str, torch.Tensor]:
+    """What a user writes by hand under torchrun: DDP + DistributedSampler(seed=0) + set_epoch.
+
+    ``destroy=False`` keeps the process group, for a Trainer that must reuse it.
+    """
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
@@ -93,7 +96,8 @@ def plain_ddp_loop() -> dict[str, torch.Tensor]:
             loss_fn(model, batch).backward()
             optimizer.step()
     state = {k: v.detach().clone() for k, v in model.module.state_dict().items()}
-    dist.destroy_process_group()
+    if destroy:
+        dist.destroy_process_group()
     return state
 
 
