@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from fsdp_testing import read_ranks
+from fsdp_testing import pytest_timeout_for, read_ranks
 
-pytestmark = pytest.mark.timeout(240)
+# The resumed run needs the whole chain: reference, 2-rank run, 1-rank reshard, 2-rank resume.
+pytestmark = pytest.mark.timeout(pytest_timeout_for(runs=4))
 
 ATOL = 1e-5
 

@@ -8,12 +8,14 @@ reduce-scatter instead of an all-reduce, which in float32 on CPU gives the same 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
-from fsdp_testing import read_ranks, run_phalanx
+from fsdp_testing import pytest_timeout_for, read_ranks, run_phalanx
 
-pytestmark = pytest.mark.timeout(240)
+# At most two chained runs per test: the plain DDP reference, then the fsdp run.
+pytestmark = pytest.mark.timeout(pytest_timeout_for(runs=2))
 
 ATOL = 1e-5
 
@@ -74,4 +76,4 @@ def test_sharded_init_builds_a_model_no_rank_holds_in_full(out_dir: Path) -> Non
         # bf16-mixed -> MixedPrecisionPolicy: float32 master shards, bfloat16 compute
         assert record["param_dtype"] == "torch.float32"
         assert record["compute_dtype"] == "torch.bfloat16"
-        assert record["loss"] == record["loss"]  # finite, not NaN
+        assert math.isfinite(record["loss"]) and record["loss"] > 0  # neither NaN nor inf; not a zero model
