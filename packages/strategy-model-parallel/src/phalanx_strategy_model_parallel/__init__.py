@@ -1,0 +1,28 @@
+"""Data x tensor x pipeline parallel training for phalanx on one DeviceMesh.
+
+Public names are imported lazily: discovering this plugin imports the package to reach
+``_plugin``, and listing strategies must not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__all__ = ["MeshLayout", "ModelParallelStrategy"]
+
+if TYPE_CHECKING:
+    from phalanx_strategy_model_parallel._layout import MeshLayout
+    from phalanx_strategy_model_parallel.strategy import ModelParallelStrategy
+
+_LAZY = {
+    "MeshLayout": "phalanx_strategy_model_parallel._layout",
+    "ModelParallelStrategy": "phalanx_strategy_model_parallel.strategy",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    msg = f"module 'phalanx_strategy_model_parallel' has no attribute {name!r}; public names: {', '.join(__all__)}"
+    raise AttributeError(msg)

@@ -1,0 +1,58 @@
+"""Checks of the Module against the mesh, run in setup so a mistake fails before any step.
+
+A tensor-parallel plan that shards a dimension the tensor-parallel size does not divide would run
+with uneven shards (DTensor allows them) and silently unbalance compute and memory, and a Module
+without ``configure_model`` would train unparallelized; both are refused with the fix.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+from torch.distributed.tensor import DTensor, Shard
+
+from phalanx.errors import MisconfigurationError
+
+__all__ = ["check_configure_model", "check_tensor_parallel_divisibility"]
+
+
+def check_configure_model(module: nn.Module) -> None:
+    """Refuse a Module whose class does not define ``configure_model``.
+
+    Raises:
+        MisconfigurationError: Naming the class and what to write.
+    """
+    from phalanx import Module
+
+    if getattr(type(module), "configure_model", None) is getattr(Module, "configure_model", None):
+        msg = (
+            f"ModelParallelStrategy needs {type(module).__qualname__}.configure_model(): that is where the model is "
+            "parallelized over self.device_mesh (tensor-parallel plans with parallelize_module, then fully_shard over "
+            "self.device_mesh['data_parallel']). Fix: define configure_model (see docs/model-parallel.md), or use "
+            "strategy='ddp' / 'fsdp' for a model that needs no tensor parallelism."
+        )
+        raise MisconfigurationError(msg)
+
+
+def check_tensor_parallel_divisibility(module: nn.Module, tensor_parallel_size: int) -> None:
+    """Every dimension sharded over ``tensor_parallel`` must divide evenly by its size.
+
+    Raises:
+        MisconfigurationError: Naming the parameter, its shape, the sharded dimension and the size.
+    """
+    bad: list[str] = []
+    for name, param in module.named_parameters():
+        if not isinstance(param, DTensor):
+            continue
+        names = param.device_mesh.mesh_dim_names or ()
+        for mesh_dim, placement in enumerate(param.placements):
+            if mesh_dim < len(names) and names[mesh_dim] == "tensor_parallel" and isinstance(placement, Shard):
+                size = param.device_mesh.size(mesh_dim)
+                if param.shape[placement.dim] % size:
+                    bad.append(f"{name} {tuple(param.shape)} dim {placement.dim}")
+    if bad:
+        msg = (
+            f"tensor_parallel_size={tensor_parallel_size} does not divide the sharded dimension of {bad[:4]}"
+            f"{' ...' if len(bad) > 4 else ''}. Fix: choose a tensor_parallel_size that divides these sizes (or "
+            "change the hidden size), or leave these layers out of the tensor-parallel plan."
+        )
+        raise MisconfigurationError(msg)

@@ -1,0 +1,39 @@
+"""The ``model_parallel`` plugin's hook implementations: the strategy name and checkpoint conversion.
+
+Imports no torch: listing strategies runs these hooks and must stay fast. The target is a string
+resolved only when the strategy is selected; the conversion hook imports its worker on call.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from phalanx import hookimpl
+
+if TYPE_CHECKING:
+    from phalanx.registry import Registry
+
+__all__ = ["phalanx_convert_checkpoint", "phalanx_register_strategies"]
+
+_TARGET = "phalanx_strategy_model_parallel.strategy:ModelParallelStrategy"
+#: DTensor tensor parallel, FSDP2 and torch.distributed.pipelining schedules are public from 2.6 on.
+_REQUIRES = ("torch>=2.6",)
+
+
+@hookimpl
+def phalanx_register_strategies(registry: Registry) -> None:
+    """Register ``model_parallel``: one class, sizes given by the user (or "auto")."""
+    registry.register(
+        "model_parallel",
+        _TARGET,
+        "Data x tensor x pipeline parallel on one DeviceMesh (FSDP2 + DTensor TP + pipelining schedules)",
+        requires=_REQUIRES,
+    )
+
+
+@hookimpl
+def phalanx_convert_checkpoint(source: str, destination: str) -> bool | None:
+    """Turn a distributed model-parallel checkpoint directory into one portable file; pass on others."""
+    from phalanx_strategy_model_parallel._convert import convert_distributed_checkpoint
+
+    return convert_distributed_checkpoint(source, destination)
