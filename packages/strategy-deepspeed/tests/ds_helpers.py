@@ -41,6 +41,18 @@ def _clean_env() -> dict[str, str]:
     return env
 
 
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def pytest_timeout_for(runs: int) -> float:
+    """A per-test pytest-timeout that lets ``runs`` chained runs hit their own timeout first."""
+    return runs * RUN_TIMEOUT + 60.0
+
+
 def run_command(command: list[str], *, timeout: float = RUN_TIMEOUT, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``command`` in a new session; on timeout kill the whole group (ranks included) and fail."""
     proc = subprocess.Popen(
@@ -49,9 +61,13 @@ def run_command(command: list[str], *, timeout: float = RUN_TIMEOUT, cwd: Path |
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        _kill_group(proc)
         output, _ = proc.communicate()
         pytest.fail(f"{' '.join(command)} timed out after {timeout}s; output tail:\n{output[-4000:]}")
+    except BaseException:  # pytest-timeout, Ctrl-C, ...: the new session would outlive the test
+        _kill_group(proc)
+        proc.communicate()
+        raise
     return subprocess.CompletedProcess(command, proc.returncode, output, "")
 
 

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from ds_helpers import run_command, run_script
+from ds_helpers import pytest_timeout_for, run_command, run_script
 
-pytestmark = pytest.mark.timeout(420)
+# At most two chained runs per test (the run, then the checkpoint conversion).
+pytestmark = pytest.mark.timeout(pytest_timeout_for(runs=2))
 
 CASES = [
     # strategy, extra script arguments, tolerance, launched by torchrun. Stage 1 also clips (the

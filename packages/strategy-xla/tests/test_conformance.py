@@ -14,6 +14,7 @@ pytest.importorskip("torch_xla")
 from phalanx.testing import StrategyConformance
 
 
+@pytest.mark.timeout(360)  # above the kit's run timeout (300 s below), which fires first
 class TestSingleXLAConformance(StrategyConformance):
     strategy = "single_xla"
     accelerator = "xla"

@@ -113,6 +113,7 @@ def test_full_checkpoint_is_one_portable_cpu_file(tmp_path: Path) -> None:
     assert worst < TOLERANCE, (resumed.losses, reference[-4:])
 
 
+@pytest.mark.timeout(360)  # above the subprocess's own 300 s, which fires first
 def test_cpu_backward_before_xla_starts_gets_an_explanation_not_an_internal_assert(tmp_path: Path) -> None:
     code = (
         "import torch; w = torch.ones(2, requires_grad=True); (w * 2).sum().backward();"  # CPU autograd first

@@ -20,13 +20,16 @@ pytest.importorskip("torch_xla")
 
 TOLERANCE = 1e-4
 HERE = Path(__file__).parent
+#: The one SPMD run's own limit; the tests' pytest-timeout sits above it so that this one fires first.
+RUN_TIMEOUT = 400
+pytestmark = pytest.mark.timeout(RUN_TIMEOUT + 60)
 
 
 @pytest.fixture(scope="module")
 def spmd() -> dict[str, Any]:
     env = {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "2"}
     proc = subprocess.run(
-        [sys.executable, str(HERE / "spmd_run.py")], cwd=HERE, env=env, capture_output=True, text=True, timeout=400
+        [sys.executable, str(HERE / "spmd_run.py")], cwd=HERE, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
