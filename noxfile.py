@@ -23,7 +23,9 @@ TEST_DEPS = ["pytest>=7", "pytest-timeout>=2"]
 
 nox.options.default_venv_backend = "virtualenv"
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["tests-core", *[f"tests-{p}" for p in PACKAGES], "integration", "xla", "lint"]
+nox.options.sessions = ["tests-core", *[f"tests-{p}" for p in PACKAGES], "integration", "xla", "lint", "docs"]
+#: The documentation toolchain; the API reference is read from the sources (griffe), so no torch.
+DOCS_DEPS = ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10", "mkdocstrings[python]>=0.26"]
 
 
 def _install_torch(session: nox.Session, torch: str = TORCH) -> None:
@@ -92,6 +94,17 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", "core", "packages", "tests", "tools", "examples", "benchmarks", "noxfile.py")
     session.run("python", "tools/check_layering.py")
     session.run("mypy", "core/src/phalanx")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site into site/ in strict mode: a broken link or reference fails.
+
+    The snippets of docs/ and README.md run in the integration session (tests/docs), where every
+    plugin they use is installed; `nox -s docs -- --dirty` keeps the previous site/ contents.
+    """
+    session.install(*DOCS_DEPS)
+    session.run("mkdocs", "build", "--strict", *(session.posargs or ["--clean"]), env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session
