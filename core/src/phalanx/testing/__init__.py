@@ -9,9 +9,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from phalanx.testing.conformance import ScriptResult, StrategyConformance, reference_run, run_script
+    from phalanx.testing.conformance import (
+        START_METHODS_CHECKED,
+        ScriptResult,
+        StrategyConformance,
+        reference_run,
+        run_command,
+        run_script,
+    )
 
-__all__ = ["ScriptResult", "StrategyConformance", "reference_run", "run_script"]
+__all__ = ["START_METHODS_CHECKED", "ScriptResult", "StrategyConformance", "reference_run", "run_command", "run_script"]
 
 
 def __getattr__(name: str) -> Any:

@@ -8,161 +8,125 @@ class TestMyStrategy(StrategyConformance):
     devices = 2
 ```
 
-pytest then runs every ``test_*`` method below against the installed plugin. Each run happens in a
-fresh Python process started from a generated script (strategies such as ddp re-execute the
-script, so it must not be the pytest process), with a timeout that kills the whole process group.
-Numbers are compared with a plain PyTorch run computed in the test process: a data-parallel
-strategy with ``W`` ranks and ``B`` samples per rank must produce the weights of single-process SGD
-on the union of the ranks' batches.
+pytest then runs every ``test_*`` method below against the installed plugin. What a strategy
+owes its users, and so what the kit checks:
+
+- **registered**: the name is registered, available and described, and names a Strategy.
+- **components**: after the Trainer configures it, accelerator, precision, checkpoint IO (and, for
+  a ParallelStrategy, the cluster environment) are set, and ``devices`` gives that world size.
+- **fit**: the final weights and rank 0's losses equal plain PyTorch SGD on the union of the ranks'
+  batches (DistributedSampler order) within ``atol``.
+- **start methods** (``check_start_methods``): for each of "popen", "spawn" and "fork", a method
+  in the class's ``supported_start_methods`` trains to the same weights; any other is refused at
+  construction with an error naming it and the supported ones.
+- **resume** (``check_resume``): fit to ``resume_at`` steps, save, resume in a new Trainer from a
+  model with other weights, and get the losses and the weights of the uninterrupted run (within
+  ``resume_atol`` of it; bit-identical by default) and of plain PyTorch (within ``atol``).
+- **evaluation** (``check_evaluation``): after fit, ``validate`` / ``test`` give the losses of the
+  fitted weights over the whole sets, and ``predict`` covers every sample with plain PyTorch's
+  output, on every rank's shard.
+- **failure** (``check_failure``): the last rank raising at step 2 makes the job exit non-zero
+  within ``failure_exit_seconds`` of the raise, with the error in its output.
+- **nothing left behind**, after every run: no process carrying the run's marker environment
+  variable or in its session is alive (re-parented grandchildren included; see
+  :mod:`phalanx.testing.processes`), and the test process's environment is unchanged.
+
+Each run is a fresh Python process started from a generated script (strategies such as ddp
+re-execute the script, so it must not be the pytest process), with a timeout that kills
+everything it started. Runs are tiny (a 6-8-3 MLP, 48 samples, 8 steps) so a suite stays cheap.
+A strategy that legitimately cannot do one of the optional checks sets the flag named above to
+False (single_device has no start methods); the pytest plugin then deselects that test.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
-import textwrap
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
-__all__ = ["ScriptResult", "StrategyConformance", "reference_run", "run_script"]
+from phalanx.testing._reference import reference_evaluation, reference_run
+from phalanx.testing._script import EVAL_SAMPLES, render_script
+from phalanx.testing.processes import Job, describe_processes
 
-FEATURES, OUTPUTS, SAMPLES, BATCH, LR = 6, 3, 48, 4, 0.1
+__all__ = ["START_METHODS_CHECKED", "ScriptResult", "StrategyConformance", "reference_run", "run_command", "run_script"]
 
-_SCRIPT = '''
-import json, os, sys
-import torch
-from torch.utils.data import DataLoader, TensorDataset
-from phalanx import Module, Trainer
-from phalanx.plugins import convert_checkpoint
-
-OUT = {out!r}
-FEATURES, OUTPUTS, SAMPLES, BATCH, LR = {features}, {outputs}, {samples}, {batch}, {lr}
-
-
-def make_data():
-    g = torch.Generator().manual_seed(1234)
-    x = torch.randn(SAMPLES, FEATURES, generator=g)
-    y = torch.randn(SAMPLES, OUTPUTS, generator=g)
-    return TensorDataset(x, y)
-
-
-class Net(Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(7)
-        self.hidden = torch.nn.Linear(FEATURES, 8)
-        self.head = torch.nn.Linear(8, OUTPUTS)
-
-    def forward(self, x):
-        return self.head(torch.tanh(self.hidden(x)))
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        loss = torch.nn.functional.mse_loss(self(x), y)
-        if self.global_rank == 0:  # written by the worker itself: spawn launchers keep no Python state
-            with open(os.path.join(OUT, "losses.txt"), "a") as f:
-                f.write(f"{{loss.item()!r}}\\n")
-        if {fail_at_step} >= 0 and self.global_step == {fail_at_step} and self.global_rank == self.trainer.world_size - 1:
-            raise RuntimeError("conformance: deliberate failure on the last rank")
-        return loss
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=LR)
-
-    def train_dataloader(self):
-        return DataLoader(make_data(), batch_size=BATCH, shuffle=False)
-
-
-if __name__ == "__main__":
-    model = Net()
-    trainer = Trainer(
-        strategy={strategy!r}, accelerator={accelerator!r}, devices={devices}, max_steps={steps},
-        logger=False, enable_checkpointing=False, enable_progress_bar=False, default_root_dir=OUT,
-    )
-    trainer.fit(model)
-    ckpt = os.path.join(OUT, "final.ckpt")
-    trainer.save_checkpoint(ckpt)
-    if trainer.is_global_zero:
-        convert_checkpoint(ckpt, os.path.join(OUT, "portable.ckpt"))
-        with open(os.path.join(OUT, "result.json"), "w") as f:
-            json.dump({{"world_size": trainer.world_size,
-                        "strategy": type(trainer.strategy).__name__}}, f)
-'''
+#: The start methods the kit tries on every ParallelStrategy (forkserver behaves as spawn here).
+START_METHODS_CHECKED = ("popen", "spawn", "fork")
+#: Variables others set in the test process: pytest's bookkeeping, torch when it imports inductor.
+_NOT_OURS = frozenset({"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"})
 
 
 class ScriptResult:
-    """Exit code, output and wall time of a script run by :func:`run_script`."""
+    """Exit code, output, wall time and leftovers of a command run by :func:`run_command`.
 
-    def __init__(self, returncode: int, stdout: str, stderr: str, seconds: float) -> None:
+    Attributes:
+        leftovers: ``pid: command line`` of processes still alive after the command exited (they
+            were killed); empty when it cleaned up after itself.
+        ended: ``time.time()`` when the command was first seen exited, for "how fast" checks.
+    """
+
+    def __init__(
+        self, returncode: int, stdout: str, stderr: str, seconds: float, *, leftovers: str = "", ended: float | None = None
+    ) -> None:
         self.returncode, self.stdout, self.stderr, self.seconds = returncode, stdout, stderr, seconds
+        self.leftovers, self.ended = leftovers, ended
+
+    def output(self) -> str:
+        return f"--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
 
     def check(self) -> ScriptResult:
-        """Raise with the script's output when it failed."""
+        """Raise with the script's output when it failed or left processes running."""
         if self.returncode != 0:
-            msg = f"script exited with {self.returncode} after {self.seconds:.1f}s\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
+            msg = f"script exited with {self.returncode} after {self.seconds:.1f}s\n{self.output()}"
             raise AssertionError(msg)
+        self.check_leftovers()
         return self
+
+    def check_leftovers(self) -> None:
+        """Raise when the run left processes behind (they were killed already)."""
+        if self.leftovers:
+            msg = f"the run exited but left processes running (killed now):\n{self.leftovers}\n{self.output()}"
+            raise AssertionError(msg)
+
+
+def run_command(
+    command: Sequence[str], *, cwd: Path, timeout: float = 240.0, env: dict[str, str] | None = None
+) -> ScriptResult:
+    """Run ``command`` as a marked job in its own session; never hang, never leak.
+
+    On timeout everything the job started is killed and the test fails with its output. After
+    it exits, processes of the job still alive 2 s later are killed and listed in
+    :attr:`ScriptResult.leftovers`. ``command`` may start with a ``.py`` file (run with this
+    Python) or be e.g. ``[sys.executable, "-m", "torch.distributed.run", ...]``.
+    """
+    start = time.monotonic()
+    job = Job(command, cwd, env=env, cwd=cwd, name=Path(command[-1]).stem or "job")
+    try:
+        code = job.wait(timeout)
+    except TimeoutError:
+        pytest.fail(f"{' '.join(command)} did not finish within {timeout:g}s (killed everything it started)\n{job.output()}")
+    leftovers = job.leftovers()
+    described = describe_processes(leftovers) if leftovers else ""
+    job.kill_leftovers()
+    return ScriptResult(code, job.stdout, job.stderr, time.monotonic() - start, leftovers=described, ended=job.ended)
 
 
 def run_script(path: Path, *, timeout: float = 240.0, env: dict[str, str] | None = None) -> ScriptResult:
-    """Run ``python path`` in its own process group; on timeout kill the group, never hang."""
-    start = time.monotonic()
-    process = subprocess.Popen(
-        [sys.executable, str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-        cwd=str(path.parent),
-    )
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        out, err = process.communicate()
-        pytest.fail(f"{path.name} did not finish within {timeout}s (killed its process group)\n{out}\n{err}")
-    return ScriptResult(process.returncode, out, err, time.monotonic() - start)
+    """Run ``python path`` in its folder with :func:`run_command`."""
+    return run_command([str(path)], cwd=path.parent, timeout=timeout, env=env)
 
 
-def reference_run(world_size: int, steps: int) -> tuple[dict[str, Any], list[float]]:
-    """Plain PyTorch: SGD on the union of ``world_size`` ranks' batches (DistributedSampler order).
+def _max_diff(a: Any, b: Any) -> float:
+    return float((a.detach().cpu().double() - b.detach().cpu().double()).abs().max())
 
-    Returns the final state dict and rank 0's per-step loss (its own half of each global batch).
-    """
-    import torch
 
-    g = torch.Generator().manual_seed(1234)
-    x = torch.randn(SAMPLES, FEATURES, generator=g)
-    y = torch.randn(SAMPLES, OUTPUTS, generator=g)
-    torch.manual_seed(7)
-    hidden, head = torch.nn.Linear(FEATURES, 8), torch.nn.Linear(8, OUTPUTS)
-    model = torch.nn.Sequential()
-    model.add_module("hidden", hidden)
-    model.add_module("act", torch.nn.Tanh())
-    model.add_module("head", head)
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    per_rank = [list(range(r, SAMPLES, world_size)) for r in range(world_size)]
-    batches_per_epoch = len(per_rank[0]) // BATCH
-    losses = []
-    for step in range(steps):
-        b = step % batches_per_epoch
-        rank_losses = []
-        for rank in range(world_size):
-            idx = per_rank[rank][b * BATCH : (b + 1) * BATCH]
-            rank_losses.append(torch.nn.functional.mse_loss(model(x[idx]), y[idx]))
-        losses.append(rank_losses[0].item())
-        optimizer.zero_grad()
-        torch.stack(rank_losses).mean().backward()
-        optimizer.step()
-    state = {k: v.detach().clone() for k, v in model.state_dict().items() if k.split(".")[0] in {"hidden", "head"}}
-    return state, losses
+def _losses(path: Path) -> list[float]:
+    return [float(line) for line in path.read_text().split()] if path.exists() else []
 
 
 @pytest.mark.phalanx_conformance
@@ -172,21 +136,96 @@ class StrategyConformance:
     strategy: ClassVar[str] = ""
     devices: ClassVar[int] = 1
     accelerator: ClassVar[str] = "cpu"
+    #: Init-param overrides: the runs build ``StrategyRegistry.get(strategy, **strategy_params)``
+    #: (values must be Python literals); empty passes the name, as a user writes it.
+    strategy_params: ClassVar[dict[str, Any]] = {}
     steps: ClassVar[int] = 8
+    #: Where the resume check's first fit stops: mid-epoch, so the data position is restored too.
+    resume_at: ClassVar[int] = 3
     #: Absolute tolerance on weights and losses against the plain PyTorch reference.
     atol: ClassVar[float] = 1e-5
+    #: Absolute tolerance of the resumed run's weights against the uninterrupted run's.
+    resume_atol: ClassVar[float] = 0.0
+    #: A failing rank must end the whole job within this many seconds of raising.
+    failure_exit_seconds: ClassVar[float] = 5.0
     timeout: ClassVar[float] = 240.0
+    check_start_methods: ClassVar[bool] = True
+    check_resume: ClassVar[bool] = True
+    check_evaluation: ClassVar[bool] = True
+    check_failure: ClassVar[bool] = True
 
-    def _write(self, tmp_path: Path, template: str = _SCRIPT, **extra: Any) -> Path:
-        script = tmp_path / "conformance_run.py"
-        params = dict(
-            out=str(tmp_path), features=FEATURES, outputs=OUTPUTS, samples=SAMPLES, batch=BATCH, lr=LR,
-            strategy=self.strategy, accelerator=self.accelerator, devices=self.devices, steps=self.steps,
-            fail_at_step=-1,
+    #: test name -> the class attribute that opts out of it.
+    _OPT_OUTS: ClassVar[dict[str, str]] = {
+        "test_start_method": "check_start_methods",
+        "test_resume_matches_uninterrupted": "check_resume",
+        "test_validate_test_predict_after_fit": "check_evaluation",
+        "test_failing_rank_stops_the_job": "check_failure",
+    }
+
+    @classmethod
+    def opted_out(cls, test_name: str) -> str | None:
+        """The flag that turns ``test_name`` off for this class (``"check_resume"``...), or None."""
+        flag = cls._OPT_OUTS.get(test_name)
+        return flag if flag is not None and not getattr(cls, flag) else None
+
+    @pytest.fixture(autouse=True)
+    def _conformance_guard(self, request: pytest.FixtureRequest) -> Iterator[None]:
+        """Skip an opted-out test (when the pytest plugin did not deselect it); check the environment."""
+        flag = self.opted_out(request.node.originalname)
+        if flag is not None:
+            pytest.skip(f"{type(self).__name__}.{flag} = False")
+        before = dict(os.environ)
+        yield
+        changed = {k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)} - _NOT_OURS
+        assert not changed, f"the test process's environment changed: {sorted(changed)}; a strategy must not leave variables set"
+
+    # ------------------------------------------------------------------ runs
+    @classmethod
+    def _run(cls, out: Path, *, params: dict[str, Any] | None = None, **options: Any) -> ScriptResult:
+        out.mkdir(parents=True, exist_ok=True)
+        script = render_script(
+            out / "conformance_run.py", out=out, strategy=cls.strategy,
+            params=cls.strategy_params if params is None else params, accelerator=cls.accelerator,
+            devices=cls.devices, steps=cls.steps, resume_at=cls.resume_at, **options,
         )
-        script.write_text(textwrap.dedent(template.format(**{**params, **extra})))
-        return script
+        result = run_script(script, timeout=cls.timeout)
+        result.check_leftovers()
+        return result
 
+    @pytest.fixture(scope="class")
+    @classmethod
+    def fitted(cls, tmp_path_factory: pytest.TempPathFactory) -> Path:
+        """One fit (then validate / test / predict when checked), shared by the tests that read it."""
+        out = tmp_path_factory.mktemp("fit")
+        cls._run(out, evaluate=cls.check_evaluation).check()
+        return out
+
+    def _strategy_argument(self) -> Any:
+        if not self.strategy_params:
+            return self.strategy
+        from phalanx.registry import StrategyRegistry
+
+        return StrategyRegistry.get(self.strategy, **self.strategy_params)
+
+    def _check_fit(self, out: Path, losses_file: str = "losses.txt", first_step: int = 0) -> dict[str, Any]:
+        """Compare a finished run's weights and rank 0's losses with plain PyTorch; return its state."""
+        import torch
+
+        result = json.loads((out / "result.json").read_text())
+        assert result["world_size"] == self.devices, f"devices={self.devices} trained with world_size={result['world_size']}"
+        expected_state, expected_losses = reference_run(result["world_size"], self.steps)
+        losses = _losses(out / losses_file)
+        expected_losses = expected_losses[first_step:]
+        assert len(losses) == len(expected_losses), f"rank 0 logged {len(losses)} training steps, expected {len(expected_losses)}"
+        worst = max(abs(a - b) for a, b in zip(losses, expected_losses))
+        assert worst <= self.atol, f"losses differ from plain PyTorch by up to {worst:.3g} (atol={self.atol:g}):\n{losses}\n{expected_losses}"
+        state = torch.load(out / "portable.ckpt", weights_only=True)["state_dict"]
+        for name, value in expected_state.items():
+            diff = _max_diff(state[name], value)
+            assert diff <= self.atol, f"{name} differs from plain PyTorch by {diff:.3g} (atol={self.atol:g})"
+        return dict(state)
+
+    # ------------------------------------------------------------------ checks
     def test_registered_and_available(self) -> None:
         from phalanx.registry import StrategyRegistry
         from phalanx.strategies import Strategy
@@ -206,7 +245,7 @@ class StrategyConformance:
         from phalanx.registry import AcceleratorRegistry
         from phalanx.strategies import ParallelStrategy
 
-        trainer = Trainer(strategy=self.strategy, accelerator=self.accelerator, devices=self.devices, logger=False, enable_progress_bar=False)
+        trainer = Trainer(strategy=self._strategy_argument(), accelerator=self.accelerator, devices=self.devices, logger=False, enable_progress_bar=False)
         strategy = trainer.strategy
         parts = {"accelerator": Accelerator, "precision_plugin": Precision, "checkpoint_io": CheckpointIO}
         if isinstance(strategy, ParallelStrategy):
@@ -218,22 +257,79 @@ class StrategyConformance:
         assert isinstance(strategy.accelerator, expected), f"accelerator={self.accelerator!r} gave {strategy.accelerator!r}"
         assert trainer.world_size == self.devices, f"devices={self.devices} gave world_size={trainer.world_size}"
 
-    def test_fit_matches_plain_pytorch(self, tmp_path: Path) -> None:
+    def test_fit_matches_plain_pytorch(self, fitted: Path) -> None:
+        self._check_fit(fitted)
+
+    @pytest.mark.parametrize("start_method", START_METHODS_CHECKED)
+    def test_start_method(self, start_method: str, fitted: Path, tmp_path: Path) -> None:
+        from phalanx.registry import StrategyRegistry
+
+        cls = StrategyRegistry.get_class(self.strategy)
+        supported = getattr(cls, "supported_start_methods", None)
+        assert supported is not None, (
+            f"{cls.__name__} has no supported_start_methods (not a ParallelStrategy); set "
+            f"check_start_methods = False in {type(self).__name__}"
+        )
+        params = {**self.strategy_params, "start_method": start_method}
+        if start_method not in supported:
+            with pytest.raises(Exception) as refused:
+                StrategyRegistry.get(self.strategy, **params)
+            text = str(refused.value)
+            assert start_method in text and all(m in text for m in supported), (
+                f"{cls.__name__}(start_method={start_method!r}) must be refused naming it and the supported "
+                f"{supported}; got: {text!r}"
+            )
+            return
+        if json.loads((fitted / "result.json").read_text())["start_method"] == start_method:
+            self._check_fit(fitted)  # the registered strategy uses this method: that run covers it
+            return
+        self._run(tmp_path, params=params).check()
+        self._check_fit(tmp_path)
+
+    def test_resume_matches_uninterrupted(self, fitted: Path, tmp_path: Path) -> None:
         import torch
 
-        run_script(self._write(tmp_path), timeout=self.timeout).check()
-        result = json.loads((tmp_path / "result.json").read_text())
-        losses = [float(line) for line in (tmp_path / "losses.txt").read_text().split()]
-        expected_state, expected_losses = reference_run(result["world_size"], self.steps)
-        assert result["world_size"] == self.devices
-        assert len(losses) == self.steps
-        assert max(abs(a - b) for a, b in zip(losses, expected_losses)) <= self.atol
-        portable = torch.load(tmp_path / "portable.ckpt", weights_only=True)["state_dict"]
-        for name, value in expected_state.items():
-            assert torch.allclose(portable[name], value, atol=self.atol, rtol=0), name
+        self._run(tmp_path, mode="resume").check()
+        _, expected_losses = reference_run(self.devices, self.steps)
+        before = _losses(tmp_path / "losses_before.txt")
+        assert len(before) == self.resume_at, f"the first fit ran {len(before)} steps, expected {self.resume_at}"
+        assert max(abs(a - b) for a, b in zip(before, expected_losses)) <= self.atol
+        resumed = self._check_fit(tmp_path, "losses_after.txt", first_step=self.resume_at)
+        uninterrupted = torch.load(fitted / "portable.ckpt", weights_only=True)["state_dict"]
+        for name, value in uninterrupted.items():
+            diff = _max_diff(resumed[name], value)
+            assert diff <= self.resume_atol, f"resumed {name} differs from the uninterrupted run by {diff:.3g} (resume_atol={self.resume_atol:g})"
+
+    def test_validate_test_predict_after_fit(self, fitted: Path) -> None:
+        import torch
+
+        result = json.loads((fitted / "result.json").read_text())
+        state = torch.load(fitted / "portable.ckpt", weights_only=True)["state_dict"]
+        expected = reference_evaluation(state)
+        for stage, key in (("validate", "val_loss"), ("test", "test_loss")):
+            metrics = result[stage]
+            assert isinstance(metrics, list) and metrics and key in metrics[0], f"trainer.{stage} returned {metrics!r}, expected [{{{key!r}: ...}}]"
+            diff = abs(metrics[0][key] - expected[key])
+            assert diff <= self.atol, f"trainer.{stage}: {key}={metrics[0][key]!r}, plain PyTorch {expected[key]!r}"
+        assert result["predicted_batches"], f"trainer.predict returned no predictions ({result['predicted_batches']!r})"
+        seen: dict[int, Any] = {}
+        for path in sorted((fitted / "predictions").glob("*.pt")):
+            saved = torch.load(path, weights_only=True)
+            for index, row in zip(saved["index"].tolist(), saved["out"]):
+                seen[index] = row
+        assert sorted(seen) == list(range(EVAL_SAMPLES)), f"predict_step saw samples {sorted(seen)}, expected all {EVAL_SAMPLES}"
+        worst = max(_max_diff(seen[i], expected["predictions"][i]) for i in seen)
+        assert worst <= self.atol, f"predictions differ from plain PyTorch by up to {worst:.3g} (atol={self.atol:g})"
 
     def test_failing_rank_stops_the_job(self, tmp_path: Path) -> None:
-        result = run_script(self._write(tmp_path, fail_at_step=2), timeout=self.timeout)
+        result = self._run(tmp_path, fail_at=2)
         assert result.returncode != 0, "a rank raised but the job exited 0"
-        assert "deliberate failure on the last rank" in result.stdout + result.stderr
+        assert "deliberate failure on the last rank" in result.stdout + result.stderr, f"the error is not reported:\n{result.output()}"
         assert not (tmp_path / "result.json").exists()
+        raised = float((tmp_path / "failed_at.txt").read_text())
+        assert result.ended is not None
+        took = result.ended - raised
+        assert took <= self.failure_exit_seconds, (
+            f"the job exited {took:.1f}s after a rank raised (limit {self.failure_exit_seconds:g}s): the other ranks "
+            f"must not wait for a collective timeout; the launcher should stop them\n{result.output()}"
+        )

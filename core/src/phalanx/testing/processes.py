@@ -1,9 +1,11 @@
 """Run multi-process jobs in tests and prove they leave nothing behind.
 
 Every job gets a marker environment variable that all its descendants inherit (re-run scripts,
-spawned and forked workers, torchrun's agents and workers). After the job, any live process that
-still carries the marker is a leak, even if it was re-parented away from the test process; the
-scan reads ``/proc`` (Linux), so no third-party process library is needed.
+spawned and forked workers, torchrun's agents and workers), and runs in a session of its own.
+After the job, any live process that still carries the marker, or is still in the job's session,
+is a leak, even if it was re-parented away from the test process: the marker catches a
+descendant that started a new session, the session catches one that cleared its environment.
+The scan reads ``/proc`` (Linux), so no third-party process library is needed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,16 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["MARKER_VAR", "Job", "kill_marked", "marked_processes", "new_marker", "wait_for_exit"]
+__all__ = [
+    "MARKER_VAR",
+    "Job",
+    "describe_processes",
+    "kill_marked",
+    "marked_processes",
+    "new_marker",
+    "session_processes",
+    "wait_for_exit",
+]
 
 #: Environment variable carrying a job's marker; its value starts with the test session's prefix.
 MARKER_VAR = "PHALANX_TEST_JOB"
@@ -46,6 +57,35 @@ def marked_processes(prefix: str = _SESSION) -> list[int]:
         if state != b"Z" and any(item.startswith(needle) for item in environ.split(b"\0")):
             found.append(int(entry))
     return found
+
+
+def session_processes(session: int) -> list[int]:
+    """Pids of live (non-zombie) processes in session ``session`` (``start_new_session`` makes it the pid)."""
+    found = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[-1].split()
+        except OSError:
+            continue
+        if fields[0] != b"Z" and int(fields[3]) == session:
+            found.append(int(entry))
+    return found
+
+
+def describe_processes(pids: Sequence[int]) -> str:
+    """``pid: command line`` per process, so a leak report says what was left running."""
+    lines = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                command = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            command = "(exited)"
+        lines.append(f"{pid}: {command}")
+    return "\n".join(lines)
 
 
 def wait_for_exit(prefix: str = _SESSION, grace: float = 2.0) -> list[int]:
@@ -118,7 +158,7 @@ class Job:
         deadline = time.monotonic() + timeout
         while self.poll() is None:
             if time.monotonic() > deadline:
-                kill_marked(self.marker)
+                self.kill_leftovers()
                 self.process.kill()
                 self.process.wait()
                 msg = f"job did not finish within {timeout:g}s; killed it\n{self.output()}"
@@ -145,6 +185,25 @@ class Job:
         """Processes of this job still alive after ``grace`` seconds.
 
         The grace covers helpers that exit on their own right after the job (multiprocessing's
-        resource tracker notices its parent's exit only when its pipe closes).
+        resource tracker notices its parent's exit only when its pipe closes). Both the marker
+        and the job's session id are checked (see the module docstring).
         """
-        return wait_for_exit(self.marker, grace)
+        deadline = time.monotonic() + grace
+        pids = self._live()
+        while pids and time.monotonic() < deadline:
+            time.sleep(0.05)
+            pids = self._live()
+        return pids
+
+    def kill_leftovers(self) -> list[int]:
+        """SIGKILL whatever of the job is still alive (marker or session); return their pids."""
+        pids = self._live()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return pids
+
+    def _live(self) -> list[int]:
+        return sorted(set(marked_processes(self.marker)) | set(session_processes(self.process.pid)))

@@ -1,0 +1,1 @@
+"""phalanx-local-sgd: the ``local_sgd`` strategy (``phalanx_local_sgd.strategy.LocalSGDStrategy``)."""
