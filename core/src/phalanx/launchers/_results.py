@@ -82,11 +82,7 @@ def load(path: str) -> dict[str, Any] | None:
 def recover_in_main_process(payload: dict[str, Any], strategy: Any, trainer: Any) -> Any:
     """Load the payload into the main process's Module, Trainer and callbacks; return the result."""
     module = _module_of(strategy, trainer)
-    if (
-        module is not None
-        and getattr(strategy, "module", None) is None
-        and callable(getattr(strategy, "connect", None))
-    ):
+    if module is not None and strategy is not None and strategy.module is None:
         # The stage connected the workers' copies only; connect this process's Module too, so that
         # trainer.save_checkpoint() & co. work here after fit, as they do after strategy="ddp".
         strategy.connect(module)

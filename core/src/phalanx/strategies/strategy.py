@@ -9,8 +9,8 @@ Strategy subclass in a plugin package, and the Trainer works with it unchanged.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Generator
-from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from collections.abc import Generator
+from contextlib import ExitStack, contextmanager
 from typing import Any, ClassVar
 
 import torch
@@ -28,13 +28,13 @@ from phalanx.precision.precision import Precision
 from phalanx.strategies._checkpointing import StrategyCheckpointing
 from phalanx.strategies._collectives import StrategyCollectives, TBroadcast
 from phalanx.strategies._hooks import StrategyHooks
-from phalanx.strategies._redirect import call_through_wrapper
+from phalanx.strategies._steps import StrategySteps
 from phalanx.strategies.configuration import StrategyConfiguration
 
 __all__ = ["Strategy", "TBroadcast"]
 
 
-class Strategy(StrategyCollectives, StrategyCheckpointing, StrategyHooks, ABC):
+class Strategy(StrategySteps, StrategyCollectives, StrategyCheckpointing, StrategyHooks, ABC):
     """Base class of every strategy; owns one Accelerator, one Precision and one CheckpointIO.
 
     Args:
@@ -345,88 +345,6 @@ class Strategy(StrategyCollectives, StrategyCheckpointing, StrategyHooks, ABC):
     def process_dataloader(self, dataloader: Any) -> Any:
         """Wrap a dataloader if the strategy needs to (XLA's device loader); identity here."""
         return dataloader
-
-    def backward(
-        self,
-        closure_loss: torch.Tensor,
-        optimizer: Optimizer | None,
-        *args: Any,
-        **kwargs: Any,
-    ) -> torch.Tensor:
-        """Backpropagate through the precision; returns the (unscaled) loss."""
-        module = self._module
-        self.pre_backward(closure_loss)
-        closure_loss = self.precision_plugin.pre_backward(closure_loss, module)
-        self.precision_plugin.backward(closure_loss, module, optimizer, *args, **kwargs)
-        closure_loss = self.precision_plugin.post_backward(closure_loss, module)
-        self.post_backward(closure_loss)
-        return closure_loss
-
-    def pre_backward(self, closure_loss: torch.Tensor) -> None:
-        """Runs before the precision's backward (DDP prepares its reducer here)."""
-
-    def post_backward(self, closure_loss: torch.Tensor) -> None:
-        """Runs after the precision's backward."""
-
-    def optimizer_step(
-        self,
-        optimizer: Optimizer,
-        closure: Callable[[], Any],
-        model: nn.Module | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        """Step ``optimizer`` through the precision (which runs the closure first).
-
-        Args:
-            optimizer: The optimizer to step.
-            closure: Runs forward and backward, returning the loss.
-            model: The Module whose trainer gets the pre-step slot; defaults to :attr:`module`.
-            **kwargs: Passed to ``optimizer.step``.
-        """
-        target = model if model is not None else self._module
-        return self.precision_plugin.optimizer_step(optimizer, target, closure, **kwargs)
-
-    def block_backward_sync(self) -> AbstractContextManager[Any]:
-        """Context for accumulation steps that must not synchronise gradients (DDP: ``no_sync``)."""
-        return nullcontext()
-
-    @property
-    def forward_wrapper(self) -> nn.Module | None:
-        """The module whose ``__call__`` must run the Module's steps, or None to call them directly.
-
-        The default is the wrapper (:attr:`model`) when there is one. Steps are run by calling it,
-        with ``forward`` redirected to the step, so the wrapper's hooks run around the step (DDP's
-        gradient reducer, DeepSpeed's engine). FSDP2 returns the Module itself: it is its own wrapper.
-        """
-        model = self.model
-        return None if model is None or model is self._module else model
-
-    def _step(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        module = self.require_module()
-        wrapper = self.forward_wrapper
-        if wrapper is None:
-            return getattr(module, name)(*args, **kwargs)
-        return call_through_wrapper(wrapper, module, name, *args, **kwargs)
-
-    def training_step(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the Module's ``training_step`` inside the precision's training context."""
-        with self.precision_plugin.train_step_context():
-            return self._step("training_step", *args, **kwargs)
-
-    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the Module's ``validation_step`` inside the precision's validation context."""
-        with self.precision_plugin.val_step_context():
-            return self._step("validation_step", *args, **kwargs)
-
-    def test_step(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the Module's ``test_step`` inside the precision's test context."""
-        with self.precision_plugin.test_step_context():
-            return self._step("test_step", *args, **kwargs)
-
-    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the Module's ``predict_step`` inside the precision's predict context."""
-        with self.precision_plugin.predict_step_context():
-            return self._step("predict_step", *args, **kwargs)
 
     @contextmanager
     def model_sharded_context(self) -> Generator[None, None, None]:

@@ -132,7 +132,7 @@ def _precision_plugin(precision: Any, plugin: Any, strategy_given: Any) -> Any:
             raise MisconfigurationError(msg)
         return plugin
     if strategy_given is not None:
-        if name != "32-true" and name != getattr(strategy_given, "precision", None):
+        if name != "32-true" and name != strategy_given.precision:
             msg = (
                 f"Trainer(precision={precision!r}) conflicts with the strategy's own precision_plugin "
                 f"{strategy_given!r}; set the precision in one place only."
