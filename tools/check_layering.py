@@ -4,6 +4,9 @@
 2. ``_plugin.py`` modules import no torch / deepspeed / torch_xla at module level: listing
    strategies runs them and must stay fast and torch-free.
 3. A plugin package imports another plugin package only if its pyproject depends on it.
+4. No plugin package (packages/*/src, examples/*/src) imports a private core name: a module
+   ``phalanx._x`` / ``phalanx.y._x`` or an underscored name from a core module. What a plugin
+   needs is public (``phalanx.utilities`` and the contract classes); a vendor could use nothing else.
 
 Exit status 1 with one line per violation; used by the lint session and by core's tests.
 """
@@ -31,6 +34,32 @@ def _imports(tree: ast.AST, *, top_level_only: bool) -> Iterator[tuple[int, str]
                 yield node.lineno, alias.name.split(".")[0]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             yield node.lineno, node.module.split(".")[0]
+
+
+def _private_core_imports(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """Yield (line, dotted name) of every private core module or name imported anywhere in ``tree``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if _is_private_core(alias.name):
+                    yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if _is_private_core(node.module):
+                yield node.lineno, node.module
+            elif node.module.split(".")[0] == "phalanx":
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.endswith("__"):
+                        yield node.lineno, f"{node.module}.{alias.name}"
+
+
+def _is_private_core(dotted: str) -> bool:
+    parts = dotted.split(".")
+    return parts[0] == "phalanx" and any(part.startswith("_") for part in parts[1:])
+
+
+def _plugin_sources(root: Path) -> list[Path]:
+    """Every source file of a plugin package: in-repo packages and example vendor packages."""
+    return [*sorted((root / "packages").glob("*/src/**/*.py")), *sorted((root / "examples").glob("*/src/**/*.py"))]
 
 
 def _module_level(tree: ast.AST) -> Iterator[ast.AST]:
@@ -71,6 +100,12 @@ def check(root: Path = ROOT) -> list[str]:
                     problems.append(
                         f"{path.relative_to(root)}:{line}: imports {name!r} but {pyproject.relative_to(root)} does not depend on it"
                     )
+    for path in _plugin_sources(root):
+        for line, name in _private_core_imports(_parse(path)):
+            problems.append(
+                f"{path.relative_to(root)}:{line}: imports the private core name {name!r}; plugins use public names "
+                "only (phalanx.utilities, phalanx.strategies, ...): make it public in the core instead"
+            )
     return problems
 
 
