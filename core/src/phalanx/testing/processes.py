@@ -154,17 +154,30 @@ class Job:
         return code
 
     def wait(self, timeout: float) -> int:
-        """Wait for the job; on timeout kill everything it started and raise ``TimeoutError``."""
+        """Wait for the job; on timeout kill everything it started and raise ``TimeoutError``.
+
+        Any other interruption while waiting (pytest-timeout's, Ctrl-C, ...) also kills the job's
+        processes before it propagates: the job runs in a session of its own, so nothing else
+        would end it.
+        """
         deadline = time.monotonic() + timeout
-        while self.poll() is None:
-            if time.monotonic() > deadline:
-                self.kill_leftovers()
-                self.process.kill()
-                self.process.wait()
-                msg = f"job did not finish within {timeout:g}s; killed it\n{self.output()}"
-                raise TimeoutError(msg)
-            time.sleep(0.02)
+        try:
+            while self.poll() is None:
+                if time.monotonic() > deadline:
+                    self._kill_all()
+                    msg = f"job did not finish within {timeout:g}s; killed it\n{self.output()}"
+                    raise TimeoutError(msg)
+                time.sleep(0.02)
+        except BaseException:
+            self._kill_all()
+            raise
         return int(self.process.returncode)
+
+    def _kill_all(self) -> None:
+        self.kill_leftovers()
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
 
     def signal_group(self, signum: int) -> None:
         """Send ``signum`` to the job's whole process group, like Ctrl-C in a terminal."""

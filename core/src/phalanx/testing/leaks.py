@@ -1,0 +1,217 @@
+"""A per-test check that nothing a test started outlives it: processes, listening ports, env vars.
+
+Install it in a suite's ``conftest.py``::
+
+    from phalanx.testing.leaks import nothing_left_behind  # noqa: F401  (an autouse fixture)
+
+How each leak is found (Linux: everything is read from ``/proc``, no third-party library):
+
+* **Processes.** For the duration of a test, :data:`CASE_VAR` holds a value unique to that test in
+  ``os.environ``, so every process the test starts inherits it -- re-run scripts, spawned and
+  forked workers, torchrun's agents and workers, and ranks that were re-parented to init when
+  their launcher died or that started a session of their own. A process that cleared its
+  environment is still caught while it stays in the test process's process group. After the
+  test, any live process that carries the value, or that joined the process group during the
+  test, is a leak. Processes get a short grace to exit by themselves (multiprocessing's resource
+  tracker leaves right after its parent), then the leftovers are killed, so the next test starts
+  clean, and the test fails naming them.
+* **Ports.** A TCP socket in the ``LISTEN`` state, held by the test process (or a leftover
+  process), that was not there before the test: a ``TCPStore`` or server nobody closed.
+* **Environment.** Any variable of ``os.environ`` added, removed or changed (the few that pytest
+  and torch set for themselves excepted); the previous values are restored before failing.
+* **Process group.** ``torch.distributed`` left initialised in the test process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+__all__ = ["CASE_VAR", "IGNORED_ENV", "Snapshot", "find_leaks", "nothing_left_behind", "take_snapshot"]
+
+#: Environment variable carrying the running test's marker (inherited by everything it starts).
+CASE_VAR = "PHALANX_TEST_CASE"
+#: Variables set by the tools themselves: pytest's bookkeeping, and torch when it first imports
+#: inductor (its compile cache directory).
+IGNORED_ENV = frozenset({"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", CASE_VAR})
+#: Seconds leftovers get to exit by themselves before they count as leaks.
+GRACE = 2.0
+_LISTEN = "0A"
+
+
+@dataclass
+class Snapshot:
+    """What existed before a test: the marker it got, pids, listening sockets, the environment."""
+
+    marker: str
+    pids: frozenset[int]
+    listening: frozenset[int]
+    environ: dict[str, str] = field(default_factory=dict)
+
+
+def _pids() -> frozenset[int]:
+    try:
+        return frozenset(int(entry) for entry in os.listdir("/proc") if entry.isdigit())
+    except OSError:  # no /proc: nothing can be checked
+        return frozenset()
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, process group) of a process, or None when it has gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[-1].split()
+    except OSError:
+        return None
+    return fields[0].decode(), int(fields[2])
+
+
+def _carries(pid: int, needle: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            return any(item == needle for item in handle.read().split(b"\0"))
+    except OSError:
+        return False
+
+
+def _socket_inodes(pid: int) -> set[int]:
+    found = set()
+    try:
+        entries = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return found
+    for entry in entries:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{entry}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            found.add(int(target[8:-1]))
+    return found
+
+
+def _listening_ports() -> dict[int, int]:
+    """Socket inode -> port of every listening TCP socket (IPv4 and IPv6) in this network namespace."""
+    ports: dict[int, int] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as handle:
+                rows = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            columns = row.split()
+            if len(columns) > 9 and columns[3] == _LISTEN:
+                ports[int(columns[9])] = int(columns[1].rsplit(":", 1)[1], 16)
+    return ports
+
+
+def _own_listening(pids: Iterable[int]) -> dict[int, int]:
+    ports = _listening_ports()
+    inodes: set[int] = set()
+    for pid in pids:
+        inodes |= _socket_inodes(pid)
+    return {inode: port for inode, port in ports.items() if inode in inodes}
+
+
+def take_snapshot() -> Snapshot:
+    """Record the state a test starts from and give it a fresh marker (not yet exported)."""
+    return Snapshot(
+        marker=uuid.uuid4().hex,
+        pids=_pids(),
+        listening=frozenset(_own_listening([os.getpid()])),
+        environ=dict(os.environ),
+    )
+
+
+def _leftover_processes(before: Snapshot) -> list[int]:
+    """Live processes started since ``before`` that carry its marker or joined this process group."""
+    needle = f"{CASE_VAR}={before.marker}".encode()
+    own_group = os.getpgid(0)
+    found = []
+    for pid in sorted(_pids() - before.pids - {os.getpid()}):
+        stat = _stat(pid)
+        if stat is None or stat[0] in ("Z", "X"):
+            continue
+        if stat[1] == own_group or _carries(pid, needle):
+            found.append(pid)
+    return found
+
+
+def _describe(pids: Iterable[int]) -> str:
+    lines = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                command = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            command = "(exited)"
+        lines.append(f"  {pid}: {command[:200]}")
+    return "\n".join(lines)
+
+
+def _kill(pids: Iterable[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def find_leaks(before: Snapshot, *, grace: float = GRACE) -> list[str]:
+    """Everything the test left behind since ``before``, one line (or block) per finding.
+
+    Leftover processes are killed and changed environment variables restored, so the next test
+    starts clean whatever this one did.
+    """
+    problems = []
+    deadline = time.monotonic() + grace
+    processes = _leftover_processes(before)
+    while processes and time.monotonic() < deadline:
+        time.sleep(0.05)
+        processes = _leftover_processes(before)
+    ports = {port for inode, port in _own_listening([os.getpid(), *processes]).items() if inode not in before.listening}
+    if processes:
+        problems.append(f"processes left running (now killed):\n{_describe(processes)}")
+        _kill(processes)
+    if ports:
+        problems.append(f"TCP ports left listening: {sorted(ports)}")
+    changed = sorted(
+        key
+        for key in set(before.environ) | set(os.environ)
+        if key not in IGNORED_ENV and before.environ.get(key) != os.environ.get(key)
+    )
+    if changed:
+        problems.append(f"environment variables changed (now restored): {changed}")
+        for key in changed:
+            if key in before.environ:
+                os.environ[key] = before.environ[key]
+            else:
+                os.environ.pop(key, None)
+    if "torch.distributed" in sys.modules:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            problems.append("a torch.distributed process group was left initialised in the test process")
+    return problems
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind() -> Iterator[None]:
+    """Fail the test if a process, a listening port or an env var change outlives it (see the module)."""
+    before = take_snapshot()
+    os.environ[CASE_VAR] = before.marker
+    try:
+        yield
+    finally:
+        os.environ.pop(CASE_VAR, None)
+    problems = find_leaks(before)
+    if problems:
+        pytest.fail("the test left things behind:\n" + "\n".join(problems), pytrace=False)
