@@ -1,157 +1,240 @@
-"""Step time of phalanx's Trainer against a plain PyTorch loop, same model and data, one process.
+"""Per-step cost of phalanx's Trainer against a plain PyTorch loop and Lightning, one process.
 
-    python benchmarks/bench_trainer_overhead.py              # defaults: MLP, 200 steps x 5 rounds
-    python benchmarks/bench_trainer_overhead.py --log        # also self.log the loss every step
+    python benchmarks/bench_trainer_overhead.py            # 5 interleaved repetitions of everything
+    python benchmarks/bench_trainer_overhead.py --quick    # smoke run: a few steps, nothing enforced
 
-Both loops train a fresh copy of the same model on the same DataLoader. Rounds alternate (plain,
-phalanx, plain, ...) so a noisy neighbour affects both equally; the per-step time of each loop is
-the median over rounds, and setup (optimizer creation, strategy setup) is excluded from both. Wall
-time and this process's CPU time are both reported: on a shared machine the CPU-time ratio is the
-trustworthy one (wall time also counts the moments the OS gave the core to someone else). The
-target is a ratio <= 1.02.
+Two models, each trained by three loops on the same DataLoader and optimizer (SGD):
+
+- *tiny* (Linear 32->32->4, batch 8): so small that the step is almost all Python, which makes the
+  framework's own per-step work visible. Reported as overhead in microseconds over the plain loop;
+- *mlp* (256->1024->1024->10, batch 64): compute-bound, reported as the step-time ratio to plain.
+
+Each step stamps wall and CPU time at its start (inside ``training_step`` for the Trainers), and a
+run's step time is the time from the first stamp after warm-up to the last, over the steps between:
+setup and teardown are excluded alike. Repetitions alternate the loops (the order rotates each
+time) so a noisy neighbour hits all of them; the overhead of a repetition is paired against the
+plain loop of the same repetition, and the median and range over repetitions are reported. The
+deterministic companion is the per-step Python call count (``sys.setprofile``), printed for every
+loop: it does not depend on machine load. Lightning rows appear when ``pytorch_lightning`` is
+importable (``nox -s bench`` installs it); phalanx never depends on it.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import gc
-import statistics
+import sys
 import time
+import warnings
+from collections.abc import Callable
 from typing import Any
 
-import torch
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from _bench import Row, finish, pin_threads, spread
 
-from phalanx import Module, Trainer
-from phalanx.callbacks import Callback
+pin_threads()
 
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=200, help="optimizer steps per round")
-    parser.add_argument("--rounds", type=int, default=5, help="measured rounds per loop (after one warm-up)")
-    parser.add_argument("--width", type=int, default=512, help="hidden width of the MLP")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 keeps the timing stable)")
-    parser.add_argument("--log", action="store_true", help="call self.log('loss', ...) in every step")
-    return parser.parse_args()
+import phalanx  # noqa: E402
+
+#: model name -> (layer widths, batch size)
+MODELS = {"tiny": ((32, 32, 4), 8), "mlp": ((256, 1024, 1024, 10), 64)}
+Stamps = list[tuple[float, float]]
 
 
-def make_model(width: int) -> nn.Sequential:
-    return nn.Sequential(
-        nn.Linear(256, width),
-        nn.ReLU(),
-        nn.Linear(width, width),
-        nn.ReLU(),
-        nn.Linear(width, width),
-        nn.ReLU(),
-        nn.Linear(width, 1),
-    )
+def _net(widths: tuple[int, ...]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for a, b in zip(widths, widths[1:]):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    return nn.Sequential(*layers[:-1])
 
 
-class Wrapped(Module):
-    """The same network as a phalanx Module."""
+def _loader(widths: tuple[int, ...], batch: int, steps: int) -> DataLoader:
+    g = torch.Generator().manual_seed(0)
+    n = batch * steps
+    return DataLoader(TensorDataset(torch.randn(n, widths[0], generator=g), torch.randn(n, widths[-1], generator=g)), batch_size=batch)
 
-    def __init__(self, net: nn.Module, log: bool) -> None:
+
+def _stamp(stamps: Stamps) -> None:
+    stamps.append((time.perf_counter(), time.process_time()))
+
+
+def plain(widths: tuple[int, ...], data: DataLoader, stamps: Stamps) -> None:
+    """What a user writes by hand."""
+    net = _net(widths)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
+    net.train()
+    for x, y in data:
+        _stamp(stamps)
+        optimizer.zero_grad()
+        nn.functional.mse_loss(net(x), y).backward()
+        optimizer.step()
+
+
+class _PhalanxNet(phalanx.Module):
+    def __init__(self, widths: tuple[int, ...], stamps: Stamps) -> None:
         super().__init__()
-        self.net = net
-        self.log_loss = log
+        self.net = _net(widths)
+        self.stamps = stamps
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        _stamp(self.stamps)
         x, y = batch
-        loss = nn.functional.mse_loss(self.net(x), y)
-        if self.log_loss:
-            self.log("loss", loss)
-        return loss
+        return nn.functional.mse_loss(self.net(x), y)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+        return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
-def _now() -> tuple[float, float]:
-    return time.perf_counter(), time.process_time()
+def run_phalanx(widths: tuple[int, ...], data: DataLoader, stamps: Stamps) -> None:
+    """The same training through ``phalanx.Trainer`` with everything optional switched off."""
+    trainer = phalanx.Trainer(
+        accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False
+    )
+    trainer.fit(_PhalanxNet(widths, stamps), data)
 
 
-def _per_step(start: tuple[float, float], steps: int) -> tuple[float, float]:
-    wall, cpu = _now()
-    return (wall - start[0]) / steps, (cpu - start[1]) / steps
+def run_lightning(widths: tuple[int, ...], data: DataLoader, stamps: Stamps) -> None:
+    """The same training through ``pytorch_lightning.Trainer``, configured like the phalanx run."""
+    import pytorch_lightning as pl
 
+    class LitNet(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = _net(widths)
 
-class Stopwatch(Callback):
-    """Times the training loop only (from the first batch to the end of the last)."""
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            _stamp(stamps)
+            x, y = batch
+            return nn.functional.mse_loss(self.net(x), y)
 
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        self.start = _now()
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
 
-    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        self.result = _per_step(self.start, trainer.global_step)
-
-
-def plain_round(net: nn.Module, data: DataLoader, steps: int) -> tuple[float, float]:
-    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
-    net.train()
-    start = _now()
-    done = 0
-    while done < steps:
-        for x, y in data:
-            optimizer.zero_grad()
-            loss = nn.functional.mse_loss(net(x), y)
-            loss.backward()
-            optimizer.step()
-            done += 1
-            if done == steps:
-                break
-    return _per_step(start, steps)
-
-
-def phalanx_round(net: nn.Module, data: DataLoader, steps: int, log: bool) -> tuple[float, float]:
-    watch = Stopwatch()
-    trainer = Trainer(
+    trainer = pl.Trainer(
         accelerator="cpu",
         devices=1,
-        max_steps=steps,
-        callbacks=[watch],
+        max_epochs=1,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
+        enable_model_summary=False,
     )
-    trainer.fit(Wrapped(net, log), data)
-    return watch.result
+    trainer.fit(LitNet(), data)
 
 
-def main() -> None:
-    args = parse_args()
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    data = DataLoader(TensorDataset(torch.randn(4096, 256), torch.randn(4096, 1)), batch_size=args.batch_size)
-    base = make_model(args.width)
-    plain_round(copy.deepcopy(base), data, 20)  # warm-up: allocator, kernels, lazy imports
-    phalanx_round(copy.deepcopy(base), data, 20, args.log)
-    plain, ours = [], []
-    for _ in range(args.rounds):
-        gc.collect()  # garbage of the previous round must not be collected inside the next timing
-        plain.append(plain_round(copy.deepcopy(base), data, args.steps))
-        gc.collect()
-        ours.append(phalanx_round(copy.deepcopy(base), data, args.steps, args.log))
-    print(
-        f"model: MLP width {args.width}, batch {args.batch_size}, {args.steps} steps x {args.rounds} rounds, {args.threads} thread(s)"
-    )
-    print(f"{'loop':<16}{'wall ms/step':>14}{'cpu ms/step':>14}{'cpu best':>12}")
-    stats = {}
-    for name, values in (("plain PyTorch", plain), ("phalanx Trainer", ours)):
-        wall = statistics.median(v[0] for v in values) * 1e3
-        cpu = statistics.median(v[1] for v in values) * 1e3
-        best = min(v[1] for v in values) * 1e3
-        stats[name] = (wall, cpu, best)
-        print(f"{name:<16}{wall:>14.3f}{cpu:>14.3f}{best:>12.3f}")
-    ratios = [stats["phalanx Trainer"][i] / stats["plain PyTorch"][i] for i in range(3)]
-    print(
-        f"step-time ratio phalanx / plain: wall {ratios[0]:.4f}, cpu {ratios[1]:.4f}, cpu best {ratios[2]:.4f}"
-        "  (target <= 1.02; medians over rounds, 'best' = fastest round)"
-    )
+def lightning_available() -> bool:
+    """Whether the comparison rows can run (pytorch_lightning importable)."""
+    try:
+        import pytorch_lightning  # noqa: F401
+    except ImportError:
+        return False
+    import logging
+
+    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    return True
+
+
+def per_step(stamps: Stamps, warmup: int) -> tuple[float, float]:
+    """Seconds per step (wall, CPU) between the first stamp after ``warmup`` and the last."""
+    (w0, c0), (w1, c1) = stamps[warmup], stamps[-1]
+    n = len(stamps) - 1 - warmup
+    return (w1 - w0) / n, (c1 - c0) / n
+
+
+def calls_per_step(loop: Callable[..., None], widths: tuple[int, ...], batch: int, steps: int) -> float:
+    """Python function calls per step, counted (not timed): the difference of two run lengths."""
+
+    def count(n: int) -> int:
+        total = 0
+
+        def profile(frame: Any, event: str, arg: Any) -> None:
+            nonlocal total
+            if event == "call":
+                total += 1
+
+        data = _loader(widths, batch, n)
+        sys.setprofile(profile)
+        try:
+            loop(widths, data, [])
+        finally:
+            sys.setprofile(None)
+        return total
+
+    return (count(2 * steps) - count(steps)) / steps
+
+
+def main() -> int:
+    """Run, print the table and the target rows; 1 when a target is missed."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--steps", type=int, default=3000, help="steps per run of the tiny model (mlp: a tenth)")
+    parser.add_argument("--repeat", type=int, default=5, help="interleaved repetitions (at least 5 for the record)")
+    parser.add_argument("--quick", action="store_true", help="a few steps, 1 repetition: proves the script runs")
+    parser.add_argument("--no-lightning", action="store_true", help="skip the Lightning comparison")
+    args = parser.parse_args()
+    if args.quick:
+        args.steps, args.repeat = 40, 1
+    warnings.filterwarnings("ignore")  # Lightning's "no workers" advice would interleave the table
+    loops: dict[str, Callable[..., None]] = {"plain": plain, "phalanx": run_phalanx}
+    if not args.no_lightning and lightning_available():
+        loops["lightning"] = run_lightning
+    steps = {"tiny": args.steps, "mlp": max(args.steps // 10, 20)}
+    results: dict[str, dict[str, list[tuple[float, float]]]] = {m: {v: [] for v in loops} for m in MODELS}
+    for model, (widths, batch) in MODELS.items():  # warm-up: lazy imports, allocator, kernels
+        for loop in loops.values():
+            loop(widths, _loader(widths, batch, 20), [])
+    names = list(loops)
+    for rep in range(args.repeat):
+        order = names[rep % len(names) :] + names[: rep % len(names)]
+        for model, (widths, batch) in MODELS.items():
+            for name in order:
+                stamps: Stamps = []
+                data = _loader(widths, batch, steps[model] + 1)
+                gc.collect()
+                loops[name](widths, data, stamps)
+                results[model][name].append(per_step(stamps, warmup=max(steps[model] // 20, 2)))
+    counts = {name: calls_per_step(loop, *MODELS["tiny"], steps=50 if args.quick else 200) for name, loop in loops.items()}
+    return report(args, results, counts)
+
+
+def report(args: argparse.Namespace, results: dict[str, Any], counts: dict[str, float]) -> int:
+    """Print the per-loop table and the target rows."""
+    print(f"one process, 1 thread, SGD; {args.repeat} interleaved repetitions (median [min..max])")
+    data: dict[str, Any] = {"calls_per_step_tiny": counts, "runs": results, "repeat": args.repeat}
+    rows: list[Row] = []
+    tiny, mlp = results["tiny"], results["mlp"]
+    print(f"{'loop':<11}{'tiny us/step wall':>28}{'tiny us/step cpu':>28}{'mlp ms/step wall':>26}{'calls/step':>12}")
+    for name in tiny:
+        tw, tc = (spread([r[i] * 1e6 for r in tiny[name]]) for i in (0, 1))
+        mw = spread([r[0] * 1e3 for r in mlp[name]])
+        print(f"{name:<11}{tw!s:>28}{tc!s:>28}{mw!s:>26}{counts[name]:>12.1f}")
+    overhead: dict[str, dict[str, Any]] = {}
+    for name in tiny:
+        if name == "plain":
+            continue
+        for clock, label in ((0, "wall"), (1, "cpu")):
+            diffs = [(o[clock] - p[clock]) * 1e6 for o, p in zip(tiny[name], tiny["plain"])]
+            overhead.setdefault(name, {})[label] = spread(diffs)
+        ratios = [o[0] / p[0] for o, p in zip(mlp[name], mlp["plain"])]
+        overhead[name]["mlp_ratio"] = spread(ratios)
+    print("\nper-step overhead over the plain loop, tiny model (paired within each repetition):")
+    for name, o in overhead.items():
+        print(f"  {name:<10} wall {o['wall']!s:<34} cpu {o['cpu']!s:<34} mlp ratio {o['mlp_ratio']}")
+    data["overhead_us"] = {n: {k: vars(v) for k, v in o.items()} for n, o in overhead.items()}
+    ours = overhead["phalanx"]
+    cpu = ours["cpu"]
+    rows.append(Row("tiny model per-step overhead, phalanx - plain (CPU time)", cpu.median, 20.0, "us", low=cpu.low, high=cpu.high, note=f"wall {ours['wall'].median:.1f} us"))
+    ratio = ours["mlp_ratio"]
+    rows.append(Row("MLP step-time ratio phalanx / plain (wall)", ratio.median, 1.02, "x", low=ratio.low, high=ratio.high))
+    if "lightning" in overhead:
+        lit = overhead["lightning"]["cpu"].median
+        share = cpu.median / lit if lit > 0 else float("inf")
+        rows.append(Row("tiny model overhead phalanx / Lightning (CPU time)", share, 0.1, "x", note=f"Lightning +{lit:.0f} us/step"))
+    return finish("trainer_overhead", rows, data, quick=args.quick)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
