@@ -9,11 +9,14 @@ import torch.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
 
 from phalanx._hints import install_hint, providing_distribution
 from phalanx.errors import PluginUnavailableError
 from phalanx.registry import StrategyRegistry
+
+DISABLE_ENV = "PHALANX_DISABLE_PLUGINS"
 
 if TYPE_CHECKING:
     from phalanx.strategies.parallel import ParallelStrategy
@@ -41,7 +44,16 @@ def __getattr__(name: str) -> Any:
             return StrategyRegistry.get_class(entry.name)
     distribution = providing_distribution(name)
     if distribution is not None:
-        msg = f"cannot import {name!r} from 'phalanx.strategies': it is provided by {distribution}, which is not installed; fix: {install_hint(distribution)}"
+        from phalanx.utilities import installed_version
+
+        if installed_version(distribution) is not None:
+            msg = (
+                f"cannot import {name!r} from 'phalanx.strategies': {distribution} is installed but its plugin did not "
+                f"load (blocked by {DISABLE_ENV}={os.environ.get(DISABLE_ENV, '')!r}, or it failed); fix: run "
+                f"`phalanx plugins` for the reason, and remove its entry point from {DISABLE_ENV} if it is blocked"
+            )
+        else:
+            msg = f"cannot import {name!r} from 'phalanx.strategies': it is provided by {distribution}, which is not installed; fix: {install_hint(distribution)}"
         raise PluginUnavailableError(msg, name=name)
     msg = f"module 'phalanx.strategies' has no attribute {name!r}; installed strategies: {', '.join(StrategyRegistry.names())}"
     raise AttributeError(msg)
