@@ -1,4 +1,4 @@
-"""Shared fixtures: nothing may be left behind, and the chained multi-process runs.
+"""Shared fixtures: nothing may be left behind (``phalanx.testing.leaks``), and the chained runs.
 
 The runs are session-scoped and chained (train -> reshard to 1 rank -> resume on 2 ranks) because
 each costs real CPU time; the tests then only read their outputs.
@@ -7,29 +7,14 @@ each costs real CPU time; the tests then only read their outputs.
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fsdp_testing import ppid_of, run_phalanx, run_torch_ranks
+from fsdp_testing import run_phalanx, run_torch_ranks
 
-#: Set by pytest itself, and by torch the first time its compiler stack is imported.
-_SET_BY_TOOLS = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR")
+from phalanx.testing.leaks import nothing_left_behind
 
-
-@pytest.fixture(autouse=True)
-def _nothing_left_behind() -> Iterator[None]:
-    """No test may leave env vars, a process group or child processes behind."""
-    before = {k: v for k, v in os.environ.items() if k not in _SET_BY_TOOLS}
-    yield
-    after = {k: v for k, v in os.environ.items() if k not in _SET_BY_TOOLS}
-    assert after == before, f"a test changed os.environ: {set(after.items()) ^ set(before.items())}"
-    import torch.distributed as dist
-
-    assert not (dist.is_available() and dist.is_initialized()), "a test left a process group initialised"
-    children = [p for p in Path("/proc").iterdir() if p.name.isdigit() and ppid_of(p) == os.getpid()]
-    assert not children, f"a test left child processes behind: {[p.name for p in children]}"
+__all__ = ["nothing_left_behind"]
 
 
 # ---------------------------------------------------------------------- the chained runs
