@@ -15,22 +15,28 @@ from phalanx.errors import MisconfigurationError
 __all__ = ["check_configure_model", "check_tensor_parallel_divisibility"]
 
 
-def check_configure_model(module: nn.Module) -> None:
-    """Refuse a Module whose class does not define ``configure_model``.
+def check_configure_model(module: nn.Module, *, tensor_parallel_size: int) -> bool:
+    """Whether the Module defines ``configure_model``; refuse one that does not when tp > 1.
+
+    On a pure data-parallel mesh a Module without ``configure_model`` is still served (the
+    strategy shards it with ``fully_shard``, as FSDP would); with tensor parallel it would silently
+    train unsplit, so it is refused.
 
     Raises:
         MisconfigurationError: Naming the class and what to write.
     """
     from phalanx import Module
 
-    if getattr(type(module), "configure_model", None) is getattr(Module, "configure_model", None):
+    defined = getattr(type(module), "configure_model", None) is not getattr(Module, "configure_model", None)
+    if not defined and tensor_parallel_size > 1:
         msg = (
-            f"ModelParallelStrategy needs {type(module).__qualname__}.configure_model(): that is where the model is "
+            f"ModelParallelStrategy(tensor_parallel_size={tensor_parallel_size}) needs {type(module).__qualname__}.configure_model(): that is where the model is "
             "parallelized over self.device_mesh (tensor-parallel plans with parallelize_module, then fully_shard over "
             "self.device_mesh['data_parallel']). Fix: define configure_model (see docs/model-parallel.md), or use "
-            "strategy='ddp' / 'fsdp' for a model that needs no tensor parallelism."
+            "tensor_parallel_size=1 for a model that needs no tensor parallelism."
         )
         raise MisconfigurationError(msg)
+    return defined
 
 
 def check_tensor_parallel_divisibility(module: nn.Module, tensor_parallel_size: int) -> None:

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
-from torch.distributed.tensor import DTensor
 from torch.optim import Optimizer
 
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO, PathLike
@@ -29,14 +28,13 @@ if TYPE_CHECKING:
 __all__ = ["ModelParallelCheckpointing"]
 
 
-def _holds_shards(state: Any) -> bool:
-    if isinstance(state, DTensor):
-        return True
-    if isinstance(state, Mapping):
-        return any(_holds_shards(v) for v in state.values())
-    if isinstance(state, (list, tuple)):
-        return any(_holds_shards(v) for v in state)
-    return False
+def _read_from_shards(checkpoint: Mapping[str, Any]) -> bool:
+    """Whether ``checkpoint`` came from a DCP directory (already shaped like this run's shards).
+
+    Judged by the marker of ``trainer_state.pt``, not by the presence of DTensors: an optimizer
+    without state (plain SGD) or a mesh of size 1 holds none.
+    """
+    return "model_parallel" in checkpoint
 
 
 def _require(checkpoint: Mapping[str, Any], key: str, what: str) -> None:
@@ -148,7 +146,7 @@ class ModelParallelCheckpointing:
         module = self.require_module()
         _require(checkpoint, "state_dict", "weights")
         state = checkpoint["state_dict"]
-        if _holds_shards(state):
+        if _read_from_shards(checkpoint):
             set_model_state_dict(module, state, options=StateDictOptions(strict=strict and not self._partial))
         else:
             full_ckpt.load_full_model(module, state, strict=strict, partial=self._partial)
@@ -158,7 +156,7 @@ class ModelParallelCheckpointing:
         _require(checkpoint, "optimizer_states", "optimizer state")
         states = checkpoint["optimizer_states"]
         module = self.require_module()
-        if _holds_shards(states):
+        if _read_from_shards(checkpoint):
             for optimizer, state in zip(self.optimizers, states):
                 set_optimizer_state_dict(module, optimizer, state)
             return

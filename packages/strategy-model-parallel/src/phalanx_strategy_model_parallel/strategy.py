@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import FSDPModule
+from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.optim import Optimizer
 
@@ -201,8 +201,8 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ParallelStrategy):
         are built after this, so they see only this rank's (sharded) parameters.
         """
         module = self.require_module()
-        check_configure_model(module)
         layout = self.layout
+        parallelized = check_configure_model(module, tensor_parallel_size=layout.tensor_parallel)
         if layout.pipeline_parallel > 1 and self._pipeline is None:
             self._check_pipeline_trainer_settings(training)
             self._pipeline = PipelineSetup.split(self, module)
@@ -214,6 +214,8 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ParallelStrategy):
                     module.to(self.root_device)
                     break
         check_tensor_parallel_divisibility(module, layout.tensor_parallel)
+        if not parallelized and self._pipeline is None and not isinstance(module, FSDPModule):
+            fully_shard(module, mesh=self.device_mesh[DATA_PARALLEL])  # pure data parallel: shard like FSDP
         if self._pipeline is not None:
             self._pipeline.build(training=training)
         return module

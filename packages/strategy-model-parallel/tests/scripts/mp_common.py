@@ -96,9 +96,19 @@ def single_process_weights(epochs: int) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in net.state_dict().items()}
 
 
-def reference_tensor_parallel(mesh: DeviceMesh, epochs: int) -> list[float]:
-    """Plain torch: the same TP plan + fully_shard, DistributedSampler over dp; per-step local losses."""
-    net = make_net()
+def reference_tensor_parallel(mesh: DeviceMesh, epochs: int, precision: str = "32-true") -> list[float]:
+    """Plain torch: the same TP plan + fully_shard, DistributedSampler over dp; per-step local losses.
+
+    ``bf16-true`` builds the model in bfloat16 and feeds bfloat16 inputs; ``bf16-mixed`` runs
+    forward and loss under ``torch.autocast("cpu", torch.bfloat16)``.
+    """
+    previous = torch.get_default_dtype()
+    if precision == "bf16-true":
+        torch.set_default_dtype(torch.bfloat16)
+    try:
+        net = make_net()
+    finally:
+        torch.set_default_dtype(previous)
     parallelize(net, mesh)
     opt = make_optimizer(net.parameters())
     dp = mesh["data_parallel"]
@@ -107,7 +117,10 @@ def reference_tensor_parallel(mesh: DeviceMesh, epochs: int) -> list[float]:
     for epoch in range(epochs):
         data.sampler.set_epoch(epoch)
         for x, y in data:
-            loss = loss_fn(net(x), y)
+            if precision == "bf16-true":
+                x, y = x.bfloat16(), y.bfloat16()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
+                loss = loss_fn(net(x), y)
             loss.backward()
             opt.step()
             opt.zero_grad()
@@ -141,7 +154,7 @@ def reference_pipeline(mesh: DeviceMesh, epochs: int, schedule: str, microbatche
                 sched.step(x)
             else:
                 sched.step(target=y, losses=mb)
-            value = torch.stack(mb).mean() if mb else torch.zeros(())
+            value = torch.stack(mb).detach().mean() if mb else torch.zeros(())
             dist.broadcast(value, src=last, group=pp.get_group())
             opt.step()
             opt.zero_grad()

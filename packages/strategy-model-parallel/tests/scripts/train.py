@@ -97,9 +97,20 @@ class Uncovered(Net):
 
 
 class NoConfigureModel(phalanx.Module):
+    """Trainable, but never parallelized: the strategy must refuse it."""
+
     def __init__(self) -> None:
         super().__init__()
         self.net = make_net()
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return loss_fn(self.net(batch[0]), batch[1])
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return make_optimizer(self.parameters())
+
+    def train_dataloader(self) -> Any:
+        return loader(1)
 
 
 MODELS = {"Net": Net, "Net32": lambda: Net(32), "Net15": lambda: Net(15), "NoStages": NoStages,
@@ -161,7 +172,7 @@ def one_run(out: str, run: dict[str, Any]) -> None:
         layout = strategy.layout
         mesh = init_device_mesh("cpu", layout.shape, mesh_dim_names=layout.dim_names)
         if reference == "tp":
-            result["reference_losses"] = reference_tensor_parallel(mesh, run.get("epochs", 2))
+            result["reference_losses"] = reference_tensor_parallel(mesh, run.get("epochs", 2), run.get("precision", "32-true"))
         else:
             micro = run.get("micro") or 2 * layout.pipeline_parallel
             result["reference_losses"] = reference_pipeline(mesh, run.get("epochs", 2), run.get("schedule", "1f1b"), micro)

@@ -1,0 +1,94 @@
+"""Shared fixtures: nothing may be left behind, and the chained multi-process runs.
+
+Each run costs real CPU time (4 processes on 2 cores), so the runs are session-scoped, each
+script does several fits (and its plain-torch reference on the same ranks), and the tests only
+read their outputs. The chain: a (2 x 2) run writes a distributed checkpoint after epoch 0 and a
+consolidated file at the end; (4 x 1) and (1 x 2) runs resume from them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mp_testing import ppid_of, run_script
+
+#: Set by pytest itself, and by torch the first time its compiler stack is imported.
+_SET_BY_TOOLS = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR")
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_behind() -> Iterator[None]:
+    """No test may leave env vars, a process group or child processes behind."""
+    before = {k: v for k, v in os.environ.items() if k not in _SET_BY_TOOLS}
+    yield
+    after = {k: v for k, v in os.environ.items() if k not in _SET_BY_TOOLS}
+    assert after == before, f"a test changed os.environ: {set(after.items()) ^ set(before.items())}"
+    import torch.distributed as dist
+
+    assert not (dist.is_available() and dist.is_initialized()), "a test left a process group initialised"
+    children = [p for p in Path("/proc").iterdir() if p.name.isdigit() and ppid_of(p) == os.getpid()]
+    assert not children, f"a test left child processes behind: {[p.name for p in children]}"
+
+
+def _train(out: Path, runs: list[dict[str, object]]) -> Path:
+    run_script("train.py", str(out), json.dumps(runs))
+    return out
+
+
+@pytest.fixture(scope="session")
+def out_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("model_parallel_runs")
+
+
+@pytest.fixture(scope="session")
+def mesh_2x2(out_dir: Path) -> Path:
+    """(2 dp x 2 tp), 2 epochs: DCP checkpoint after epoch 0, consolidated file at the end, reference."""
+    run = {"tag": "t22", "dp": 2, "tp": 2, "save_epoch0": "ckpt22", "save_final_full": "full22.pt", "reference": "tp"}
+    return _train(out_dir, [run])
+
+
+@pytest.fixture(scope="session")
+def mesh_4x1(mesh_2x2: Path) -> Path:
+    """(4 x 1): resume epoch 1 from the (2 x 2) DCP checkpoint; load the consolidated file."""
+    return _train(mesh_2x2, [
+        {"tag": "r41", "dp": 4, "tp": 1, "resume": str(mesh_2x2 / "ckpt22")},
+        {"tag": "full41", "dp": 4, "tp": 1, "resume": str(mesh_2x2 / "full22.pt")},
+    ])
+
+
+@pytest.fixture(scope="session")
+def mesh_1x2(mesh_2x2: Path) -> Path:
+    """(1 x 2), 2 processes: training + reference, resume from (2 x 2), precisions, bad inputs."""
+    common = {"devices": 2, "dp": 1, "tp": 2}
+    return _train(mesh_2x2, [
+        {**common, "tag": "t12", "reference": "tp"},
+        {**common, "tag": "r12", "resume": str(mesh_2x2 / "ckpt22")},
+        {**common, "tag": "bf16mixed", "epochs": 1, "precision": "bf16-mixed", "reference": "tp"},
+        {**common, "tag": "bf16true", "epochs": 1, "precision": "bf16-true", "reference": "tp"},
+        {**common, "tag": "mismatch", "model": "Net32", "resume": str(mesh_2x2 / "ckpt22"), "expect_error": True},
+        {**common, "tag": "badtp", "model": "Net15", "expect_error": True},
+        {**common, "tag": "noconf", "model": "NoConfigureModel", "expect_error": True},
+    ])
+
+
+@pytest.fixture(scope="session")
+def pipeline_2(out_dir: Path) -> Path:
+    """(pp 2), 2 processes: GPipe (with validation, predict, a checkpoint) and 1F1B, references; bad stages."""
+    common = {"devices": 2, "dp": 1, "tp": 1, "pp": 2}
+    return _train(out_dir, [
+        {**common, "tag": "pp_gpipe", "schedule": "gpipe", "reference": "pp", "validate": True, "predict": True,
+         "save_final": "ckpt_pp"},
+        {**common, "tag": "pp_1f1b", "schedule": "1f1b", "reference": "pp"},
+        {**common, "tag": "nostages", "model": "NoStages", "expect_error": True},
+        {**common, "tag": "uncovered", "model": "Uncovered", "expect_error": True},
+    ])
+
+
+@pytest.fixture(scope="session")
+def pipeline_dp2_pp2(out_dir: Path) -> Path:
+    """(dp 2 x pp 2), 4 processes, 1F1B, each stage fully_shard-ed over data parallel; reference."""
+    return _train(out_dir, [{"tag": "dp2pp2", "devices": 4, "dp": 2, "tp": 1, "pp": 2, "reference": "pp"}])
