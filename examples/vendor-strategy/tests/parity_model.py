@@ -6,6 +6,8 @@ import torch
 from torch.utils.data import TensorDataset
 
 FEATURES, HIDDEN, OUTPUTS, SAMPLES, BATCH, LR, STEPS = 6, 8, 3, 64, 4, 0.1, 7
+#: SGD momentum: local SGD must average the optimizer state too, which this makes observable.
+MOMENTUM = 0.9
 
 
 def make_layers() -> torch.nn.Sequential:

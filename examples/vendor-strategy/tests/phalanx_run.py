@@ -12,11 +12,11 @@ import os
 import sys
 
 import torch
-from parity_model import BATCH, LR, STEPS, make_dataset, make_layers
+from parity_model import BATCH, LR, MOMENTUM, STEPS, make_dataset, make_layers
+from phalanx_local_sgd.strategy import LocalSGDStrategy
 from torch.utils.data import DataLoader
 
 from phalanx import Module, Trainer
-from phalanx_local_sgd.strategy import LocalSGDStrategy
 
 
 class Net(Module):
@@ -29,7 +29,7 @@ class Net(Module):
         return torch.nn.functional.mse_loss(self.layers(x), y)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=LR)
+        return torch.optim.SGD(self.parameters(), lr=LR, momentum=MOMENTUM)
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(make_dataset(), batch_size=BATCH, shuffle=False)

@@ -11,15 +11,16 @@ import sys
 
 import torch
 import torch.distributed as dist
-from parity_model import BATCH, LR, STEPS, make_dataset, make_layers
+from parity_model import BATCH, LR, MOMENTUM, STEPS, make_dataset, make_layers
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
 
 def train(model: torch.nn.Module, sync_every: int | None) -> None:
-    """STEPS SGD steps on this rank's shard; average the parameters every ``sync_every`` steps."""
+    """STEPS SGD steps on this rank's shard; every ``sync_every`` steps average the parameters and
+    the momentum buffers (what LocalSGDStrategy does)."""
     loader = DataLoader(make_dataset(), batch_size=BATCH, sampler=DistributedSampler(make_dataset(), shuffle=False))
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     for step, (x, y) in enumerate(loader):
         if step == STEPS:
             break
@@ -28,9 +29,10 @@ def train(model: torch.nn.Module, sync_every: int | None) -> None:
         optimizer.step()
         if sync_every is not None and (step + 1) % sync_every == 0:
             with torch.no_grad():
-                for param in model.parameters():
-                    dist.all_reduce(param)
-                    param.div_(dist.get_world_size())
+                buffers = [optimizer.state[p]["momentum_buffer"] for p in model.parameters()]
+                for tensor in [*model.parameters(), *buffers]:
+                    dist.all_reduce(tensor)
+                    tensor.div_(dist.get_world_size())
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ from phalanx.testing._script import (
     HIDDEN,
     LR,
     MODEL_SEED,
+    MOMENTUM,
     OUTPUTS,
     SAMPLES,
     TEST_SEED,
@@ -49,7 +50,9 @@ def plain_model(state: dict[str, torch.Tensor] | None = None) -> torch.nn.Sequen
 
 
 def reference_run(world_size: int, steps: int) -> tuple[dict[str, Any], list[float]]:
-    """Plain PyTorch: SGD on the union of ``world_size`` ranks' batches (DistributedSampler order).
+    """Plain PyTorch: SGD with momentum on the union of ``world_size`` ranks' batches.
+
+    Rank ``r`` reads samples ``r, r + world_size, ...`` (DistributedSampler without shuffling).
 
     Returns the final state dict and rank 0's per-step loss (its own half of each global batch).
     """
@@ -57,7 +60,7 @@ def reference_run(world_size: int, steps: int) -> tuple[dict[str, Any], list[flo
 
     x, y = _data(DATA_SEED, SAMPLES)
     model = plain_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     per_rank = [list(range(r, SAMPLES, world_size)) for r in range(world_size)]
     batches_per_epoch = len(per_rank[0]) // BATCH
     losses = []

@@ -12,9 +12,11 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BATCH", "EVAL_SAMPLES", "FEATURES", "HIDDEN", "LR", "OUTPUTS", "SAMPLES", "render_script"]
+__all__ = ["BATCH", "EVAL_SAMPLES", "FEATURES", "HIDDEN", "LR", "MOMENTUM", "OUTPUTS", "SAMPLES", "render_script"]
 
 FEATURES, HIDDEN, OUTPUTS, SAMPLES, EVAL_SAMPLES, BATCH, LR = 6, 8, 3, 48, 16, 4, 0.1
+#: SGD momentum: the optimizer has state, so a resume that drops it gives other weights.
+MOMENTUM = 0.9
 #: Seeds of the training data, the evaluation data (validate/predict), the test data and the model.
 DATA_SEED, VAL_SEED, TEST_SEED, MODEL_SEED = 1234, 99, 100, 7
 
@@ -23,11 +25,12 @@ import json, os, time
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 from phalanx import Module, Trainer
+from phalanx.callbacks import ModelCheckpoint
 from phalanx.plugins import convert_checkpoint
 from phalanx.strategies import StrategyRegistry
 
 OUT = {out!r}
-FEATURES, HIDDEN, OUTPUTS, SAMPLES, EVAL_SAMPLES, BATCH, LR = {features}, {hidden}, {outputs}, {samples}, {eval_samples}, {batch}, {lr}
+FEATURES, HIDDEN, OUTPUTS, SAMPLES, EVAL_SAMPLES, BATCH, LR, MOMENTUM = {features}, {hidden}, {outputs}, {samples}, {eval_samples}, {batch}, {lr}, {momentum}
 STRATEGY, PARAMS, ACCELERATOR, DEVICES = {strategy!r}, {params!r}, {accelerator!r}, {devices!r}
 MODE, STEPS, RESUME_AT, FAIL_AT, EVALUATE = {mode!r}, {steps}, {resume_at}, {fail_at}, {evaluate}
 
@@ -81,16 +84,17 @@ class Net(Module):
         return out
 
     def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=LR)
+        return torch.optim.SGD(self.parameters(), lr=LR, momentum=MOMENTUM)
 
     def train_dataloader(self):
         return DataLoader(TensorDataset(*make_data({data_seed}, SAMPLES)), batch_size=BATCH, shuffle=False)
 
 
-def make_trainer(max_steps):
+def make_trainer(max_steps, callbacks=()):
     return Trainer(
         strategy=make_strategy(), accelerator=ACCELERATOR, devices=DEVICES, max_steps=max_steps,
-        logger=False, enable_checkpointing=False, enable_progress_bar=False, default_root_dir=OUT,
+        logger=False, enable_checkpointing=bool(callbacks), callbacks=list(callbacks),
+        enable_progress_bar=False, default_root_dir=OUT,
     )
 
 
@@ -107,12 +111,14 @@ def finish(trainer, extra):
 
 if __name__ == "__main__":
     if MODE == "resume":
-        first = make_trainer(RESUME_AT)
+        # Saved by a callback inside the training processes, as a user's ModelCheckpoint does: after
+        # a spawn/fork fit the main process holds the weights but not the optimizer state.
+        every = ModelCheckpoint(dirpath=os.path.join(OUT, "checkpoints"), filename="middle", every_n_train_steps=RESUME_AT)
+        first = make_trainer(RESUME_AT, callbacks=[every])
         first.fit(Net(losses="losses_before.txt"))
-        middle = os.path.join(OUT, "middle.ckpt")
-        first.save_checkpoint(middle)
-        # Rank 0 writes the file (atomically); save_checkpoint does not wait for it on the other
-        # ranks, which would otherwise look for it before it exists.
+        middle = os.path.join(OUT, "checkpoints", "middle.ckpt")
+        # Rank 0 writes the file (atomically) and nothing makes the other ranks wait for it; they
+        # would otherwise look for it before it exists.
         deadline = time.monotonic() + 60
         while not os.path.exists(middle) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -171,7 +177,7 @@ def render_script(
     """
     text = _TEMPLATE.format(
         out=str(out), features=FEATURES, hidden=HIDDEN, outputs=OUTPUTS, samples=SAMPLES,
-        eval_samples=EVAL_SAMPLES, batch=BATCH, lr=LR, strategy=strategy, params=dict(params),
+        eval_samples=EVAL_SAMPLES, batch=BATCH, lr=LR, momentum=MOMENTUM, strategy=strategy, params=dict(params),
         accelerator=accelerator, devices=devices, mode=mode, steps=steps, resume_at=resume_at,
         fail_at=fail_at, evaluate=evaluate, model_seed=MODEL_SEED, data_seed=DATA_SEED,
         val_seed=VAL_SEED, test_seed=TEST_SEED,

@@ -14,7 +14,7 @@ owes its users, and so what the kit checks:
 - **registered**: the name is registered, available and described, and names a Strategy.
 - **components**: after the Trainer configures it, accelerator, precision, checkpoint IO (and, for
   a ParallelStrategy, the cluster environment) are set, and ``devices`` gives that world size.
-- **fit**: the final weights and rank 0's losses equal plain PyTorch SGD on the union of the ranks'
+- **fit**: the final weights and rank 0's losses equal plain PyTorch SGD (with momentum) on the union of the ranks'
   batches (DistributedSampler order) within ``atol``.
 - **start methods** (``check_start_methods``): for each of "popen", "spawn" and "fork", a method
   in the class's ``supported_start_methods`` trains to the same weights; any other is refused at
@@ -42,6 +42,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -95,30 +97,42 @@ class ScriptResult:
 
 
 def run_command(
-    command: Sequence[str], *, cwd: Path, timeout: float = 240.0, env: dict[str, str] | None = None
+    command: Sequence[str],
+    *,
+    cwd: Path,
+    logs: Path | None = None,
+    timeout: float = 240.0,
+    env: dict[str, str] | None = None,
 ) -> ScriptResult:
     """Run ``command`` as a marked job in its own session; never hang, never leak.
 
     On timeout everything the job started is killed and the test fails with its output. After
     it exits, processes of the job still alive 2 s later are killed and listed in
     :attr:`ScriptResult.leftovers`. ``command`` may start with a ``.py`` file (run with this
-    Python) or be e.g. ``[sys.executable, "-m", "torch.distributed.run", ...]``.
+    Python) or be e.g. ``[sys.executable, "-m", "torch.distributed.run", ...]``. Output goes to
+    files (no pipe can fill and stall the job) in ``logs``, else in a temporary folder removed
+    once read.
     """
     start = time.monotonic()
-    job = Job(command, cwd, env=env, cwd=cwd, name=Path(command[-1]).stem or "job")
+    folder = logs if logs is not None else Path(tempfile.mkdtemp(prefix="phalanx-run-"))
     try:
-        code = job.wait(timeout)
-    except TimeoutError:
-        pytest.fail(f"{' '.join(command)} did not finish within {timeout:g}s (killed everything it started)\n{job.output()}")
-    leftovers = job.leftovers()
-    described = describe_processes(leftovers) if leftovers else ""
-    job.kill_leftovers()
-    return ScriptResult(code, job.stdout, job.stderr, time.monotonic() - start, leftovers=described, ended=job.ended)
+        job = Job(command, folder, env=env, cwd=cwd, name="run")
+        try:
+            code = job.wait(timeout)
+        except TimeoutError:
+            pytest.fail(f"{' '.join(command)} did not finish within {timeout:g}s (killed everything it started)\n{job.output()}")
+        leftovers = job.leftovers()
+        described = describe_processes(leftovers) if leftovers else ""
+        job.kill_leftovers()
+        return ScriptResult(code, job.stdout, job.stderr, time.monotonic() - start, leftovers=described, ended=job.ended)
+    finally:
+        if logs is None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def run_script(path: Path, *, timeout: float = 240.0, env: dict[str, str] | None = None) -> ScriptResult:
-    """Run ``python path`` in its folder with :func:`run_command`."""
-    return run_command([str(path)], cwd=path.parent, timeout=timeout, env=env)
+    """Run ``python path`` in its folder with :func:`run_command` (output files go there too)."""
+    return run_command([str(path)], cwd=path.parent, logs=path.parent, timeout=timeout, env=env)
 
 
 def _max_diff(a: Any, b: Any) -> float:

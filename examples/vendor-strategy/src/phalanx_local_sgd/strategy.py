@@ -1,8 +1,8 @@
 """Local SGD: ranks train independently and average their parameters every ``sync_every`` steps.
 
 One all-reduce per ``sync_every`` optimizer steps instead of one per backward is the point on slow
-links. With ``sync_every=1`` and plain SGD it is DDP's update: the mean of the ranks' stepped
-parameters equals the parameters stepped with the mean gradient.
+links. With ``sync_every=1`` and SGD it is DDP's update: the mean of the ranks' stepped parameters
+equals the parameters stepped with the mean gradient (momentum is linear, so it too).
 """
 
 from __future__ import annotations
@@ -37,13 +37,18 @@ class LocalSGDStrategy(ParallelStrategy):
         """Step locally, then average when the Trainer's step count (kept across resumes) is due."""
         result = super().optimizer_step(optimizer, closure, model, **kwargs)
         if (self.require_module().global_step + 1) % self.sync_every == 0:
-            self.average_parameters()
+            self.average()
         return result
 
     @torch.no_grad()
-    def average_parameters(self) -> None:
-        """All-reduce every parameter to its mean (gloo has no AVG: sum, then divide)."""
-        params = list(self.require_module().parameters())
-        for param, work in [(p, dist.all_reduce(p, async_op=True)) for p in params]:
+    def average(self) -> None:
+        """All-reduce the parameters and the optimizers' float state to their mean (gloo has no AVG).
+
+        With the state (momentum, Adam's moments) averaged too, every rank leaves a sync with the
+        same state, so rank 0's checkpoint of a sync step resumes exactly.
+        """
+        state = [v for opt in self.optimizers for s in opt.state.values() for v in s.values() if torch.is_tensor(v)]
+        tensors = [*self.require_module().parameters(), *(t for t in state if t.is_floating_point())]
+        for tensor, work in [(t, dist.all_reduce(t, async_op=True)) for t in tensors]:
             work.wait()
-            param.div_(self.world_size)
+            tensor.div_(self.world_size)
