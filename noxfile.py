@@ -70,13 +70,14 @@ for _name in PACKAGES:
 
 @nox.session
 def integration(session: nox.Session) -> None:
-    """Everything installed together, plus the test plugin: discovery and end-to-end runs."""
+    """Everything installed together, plus the test plugin and the example vendor package (its
+    own distribution, tested as its vendor would): discovery and end-to-end runs."""
     _install_torch(session)
     session.install("./core", *TEST_DEPS)
     for name in PACKAGES:
         _install_package(session, name)
-    session.install("./tests/plugins/phalanx-testplugin")
-    _pytest(session, "tests")
+    session.install("./tests/plugins/phalanx-testplugin", "./examples/vendor-strategy")
+    _pytest(session, "tests", "examples/vendor-strategy/tests")
 
 
 @nox.session
