@@ -5,6 +5,10 @@ and per-batch Module hooks left at their no-op defaults are skipped entirely (sa
 per-step work). The ``_current_fx`` attribute names the running hook so ``self.log`` can apply the
 right defaults; it lives on the Trainer because assigning Module attributes goes through
 ``nn.Module.__setattr__``, which is slow enough to show up in step time.
+
+The per-batch loops go one step further: they test ``name in trainer._live_hooks`` before calling
+:meth:`HookDispatch._call_hooks`, so a batch whose hooks are all no-ops makes no dispatch call at
+all (a per-step call-count test holds the loop to that).
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ class HookDispatch:
     _module_hooks: dict[str, Any]
     _epoch_end_hooks: dict[bool, list[Any]]
     _custom_clipping: bool
+    #: Per-batch hooks with something to call (a callback or Module override); others are skipped.
+    _live_hooks: frozenset[str] = frozenset()
 
     def _build_hook_cache(self) -> None:
         """Bind the callback hooks each callback overrides, so no-op hooks cost nothing per batch."""
@@ -65,6 +71,9 @@ class HookDispatch:
             for name in _MODULE_HOOKS
             if module is not None and (name in vars(module) or is_overridden(module, name))
         }
+        self._live_hooks = frozenset(
+            name for name in _MODULE_HOOKS if hooks.get(name) or name in self._module_hooks
+        )
         self._custom_clipping = self._module is not None and is_overridden(self._module, "configure_gradient_clipping")
         self._epoch_end_hooks = {
             monitoring: [
@@ -99,11 +108,11 @@ class HookDispatch:
 
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Called by the precision between backward and the update: hooks, then gradient clipping."""
-        self._call_hooks("on_before_optimizer_step", optimizer)
-        module = self._module
-        self._current_fx = "configure_gradient_clipping"
+        if "on_before_optimizer_step" in self._live_hooks:
+            self._call_hooks("on_before_optimizer_step", optimizer)
         if self.gradient_clip_val or self._custom_clipping:
-            module.configure_gradient_clipping(
+            self._current_fx = "configure_gradient_clipping"
+            self._module.configure_gradient_clipping(
                 optimizer,
                 gradient_clip_val=self.gradient_clip_val,
                 gradient_clip_algorithm=self.gradient_clip_algorithm,

@@ -105,19 +105,27 @@ class TrainingStep:
         strategy = trainer._strategy
         trainer._current_fx = "training_step"
         output = strategy.training_step(self.batch, self.batch_idx)
-        loss = _loss_of(output)
-        self.outputs = _detached_outputs(output, loss)
+        if type(output) is torch.Tensor:  # the common case, without the general checks' calls
+            loss: torch.Tensor | None = output
+            self.outputs = {"loss": output.detach()}
+        else:
+            loss = _loss_of(output)
+            self.outputs = _detached_outputs(output, loss)
         self.ran = True
+        live = trainer._live_hooks
         if self.zero_grad:
-            trainer._call_hooks("on_before_zero_grad", self.optimizer)
+            if "on_before_zero_grad" in live:
+                trainer._call_hooks("on_before_zero_grad", self.optimizer)
             module.optimizer_zero_grad(trainer.fit_loop.epoch, self.batch_idx, self.optimizer)
         if loss is None:
             return None
         if self.divisor > 1:
             loss = loss / self.divisor
-        trainer._call_hooks("on_before_backward", loss)
+        if "on_before_backward" in live:
+            trainer._call_hooks("on_before_backward", loss)
         strategy.backward(loss, self.optimizer)
-        trainer._call_hooks("on_after_backward")
+        if "on_after_backward" in live:
+            trainer._call_hooks("on_after_backward")
         return loss.detach()
 
 
