@@ -120,4 +120,11 @@ def move_data_to_device(batch: Any, device: torch.device | str | int) -> Any:
         # Modules move in place and return ``self``; user types may return a new object.
         return data if moved is None else moved
 
+    # The usual batch (a tensor, or a list/tuple of tensors) skips the general walk and its ABC
+    # checks: this runs every step, and the result is the same container the walk would build.
+    kind = type(batch)
+    if kind is torch.Tensor:
+        return move(batch)
+    if (kind is list or kind is tuple) and all(type(item) is torch.Tensor for item in batch):
+        return kind(move(item) for item in batch)
     return apply_to_collection(batch, _Transferable, move)

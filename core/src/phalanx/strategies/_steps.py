@@ -42,10 +42,11 @@ class StrategySteps:
     ) -> torch.Tensor:
         """Backpropagate through the precision; returns the (unscaled) loss."""
         module = self._module
+        precision = self.precision_plugin  # a property: read once per step, not three times
         self.pre_backward(closure_loss)
-        closure_loss = self.precision_plugin.pre_backward(closure_loss, module)
-        self.precision_plugin.backward(closure_loss, module, optimizer, *args, **kwargs)
-        closure_loss = self.precision_plugin.post_backward(closure_loss, module)
+        closure_loss = precision.pre_backward(closure_loss, module)
+        precision.backward(closure_loss, module, optimizer, *args, **kwargs)
+        closure_loss = precision.post_backward(closure_loss, module)
         self.post_backward(closure_loss)
         return closure_loss
 
