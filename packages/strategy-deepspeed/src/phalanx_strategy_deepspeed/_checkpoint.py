@@ -60,8 +60,12 @@ class DeepSpeedCheckpointing:
 
     # ------------------------------------------------------------------ state
     def module_state_dict(self) -> dict[str, Any]:
-        """The Module's weights; empty under stage 3, where they are sharded and the engine saves them."""
-        if self.zero_stage_3:  # type: ignore[attr-defined]
+        """The Module's weights; empty under stage 3 while the engine holds them sharded (it saves them).
+
+        After a run the engine is gone and (with ``gather_on_teardown``) the Module holds its
+        full weights again, so they are returned like any other strategy's.
+        """
+        if self.zero_stage_3 and self.deepspeed_engine is not None:  # type: ignore[attr-defined]
             return {}
         return self.require_module().state_dict()  # type: ignore[attr-defined,no-any-return]
 
@@ -83,12 +87,8 @@ class DeepSpeedCheckpointing:
         engine = self.deepspeed_engine  # type: ignore[attr-defined]
         path = os.fspath(filepath)
         if engine is None:
-            msg = (
-                f"Cannot save {path!r}: DeepSpeed writes its shards collectively, so it needs the engine and the process "
-                "group, which exist only while fit/validate/test/predict runs. Fix: save during the run (ModelCheckpoint, "
-                "or self.trainer.save_checkpoint(...) in a hook such as on_train_end)."
-            )
-            raise MisconfigurationError(msg)
+            self._save_after_run(checkpoint, path, storage_options)
+            return
         if storage_options is not None:
             msg = f"DeepSpeedStrategy.save_checkpoint got storage_options={storage_options!r}; it supports none. Pass None."
             raise MisconfigurationError(msg)
@@ -112,6 +112,38 @@ class DeepSpeedCheckpointing:
             )
             write_manifest(path, manifest)
         self.barrier("DeepSpeedStrategy.save_checkpoint")  # type: ignore[attr-defined]
+
+    def _save_after_run(self, checkpoint: dict[str, Any], path: str, storage_options: Any | None) -> None:
+        """After fit/validate/test/predict: rank 0 writes one portable file with the full weights.
+
+        The engine and its process group end with the run, so the per-rank ZeRO shards can no
+        longer be written; the Module holds the trained weights (ZeRO-3 gathers them back at
+        teardown), which is what a save after ``fit`` is for. The file loads under any strategy;
+        resuming ``fit`` from it restarts the optimizer state (it lived in the engine's shards).
+
+        Raises:
+            MisconfigurationError: Nothing ran yet, or ZeRO-3 weights were left partitioned
+                (``gather_on_teardown=False``).
+        """
+        module = self.module  # type: ignore[attr-defined]
+        from phalanx_strategy_deepspeed._engine import stale_partitions
+
+        if module is None or stale_partitions(module):
+            what = "no Module is connected yet" if module is None else "the Module's ZeRO-3 weights are still partitioned"
+            msg = (
+                f"Cannot save {path!r} outside a run: {what}. Fix: run fit/validate/test/predict first and keep "
+                "DeepSpeedStrategy(gather_on_teardown=True) (the default), or save during the run "
+                "(ModelCheckpoint, or self.trainer.save_checkpoint(...) in a hook such as on_train_end)."
+            )
+            raise MisconfigurationError(msg)
+        if os.path.isdir(path):
+            msg = (
+                f"Cannot save {path!r} after the run: a directory exists there, and outside a run DeepSpeedStrategy "
+                "writes one portable file. Fix: choose another path, or delete the directory."
+            )
+            raise CheckpointError(msg)
+        if self.is_global_zero:  # type: ignore[attr-defined]
+            self.checkpoint_io.save_checkpoint(checkpoint, path, storage_options=storage_options)
 
     def remove_checkpoint(self, filepath: PathLike) -> None:
         """Delete a checkpoint directory (or file); only rank 0 deletes."""
