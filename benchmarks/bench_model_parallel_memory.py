@@ -197,7 +197,10 @@ def main() -> None:
                        "--blocks", str(args.blocks), "--features", str(args.features), "--hidden", str(args.hidden),
                        "--steps", str(args.steps)]
             subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            records = [json.load(open(f"{out}.rank{r}")) for r in range(4)]
+            records = []
+            for rank in range(4):
+                with open(f"{out}.rank{rank}") as handle:
+                    records.append(json.load(handle))
             dp, tp, pp = MESHES.get(variant, (4, 1, 1))
             expected = _expected(args, 1, 1, 1) if variant == "ddp" else _expected(args, dp, tp, pp)
             state = max(r["params"] + r["grads"] + r["optimizer"] for r in records)

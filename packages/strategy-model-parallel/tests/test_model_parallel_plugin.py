@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
@@ -100,6 +101,6 @@ class TestPureDataParallelConformance(StrategyConformance):
 
     strategy = "model_parallel"
     devices = 2
-    strategy_params = {"data_parallel_size": 2, "tensor_parallel_size": 1}
+    strategy_params: ClassVar[dict[str, Any]] = {"data_parallel_size": 2, "tensor_parallel_size": 1}
     #: Only the script launcher (popen): DTensor state cannot travel back from spawned workers.
     check_start_methods = False

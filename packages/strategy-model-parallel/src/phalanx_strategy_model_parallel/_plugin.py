@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 from phalanx import hookimpl
 
 if TYPE_CHECKING:
+    from phalanx.memory import MemoryEstimate, MemoryRequest
     from phalanx.registry import Registry
 
-__all__ = ["phalanx_convert_checkpoint", "phalanx_register_strategies"]
+__all__ = ["phalanx_convert_checkpoint", "phalanx_estimate_memory", "phalanx_register_strategies"]
 
 _TARGET = "phalanx_strategy_model_parallel.strategy:ModelParallelStrategy"
 #: DTensor tensor parallel, FSDP2 and torch.distributed.pipelining schedules are public from 2.6 on.
@@ -37,3 +38,11 @@ def phalanx_convert_checkpoint(source: str, destination: str) -> bool | None:
     from phalanx_strategy_model_parallel._convert import convert_distributed_checkpoint
 
     return convert_distributed_checkpoint(source, destination)
+
+
+@hookimpl
+def phalanx_estimate_memory(request: MemoryRequest) -> MemoryEstimate | None:
+    """model_parallel: weights, gradients and state divided over the dp x tp x pp mesh."""
+    from phalanx_strategy_model_parallel._memory import estimate
+
+    return estimate(request)

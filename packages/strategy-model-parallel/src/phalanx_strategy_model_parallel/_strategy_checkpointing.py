@@ -12,8 +12,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
-from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
 from torch.optim import Optimizer
 
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO, PathLike

@@ -145,7 +145,7 @@ def one_run(out: str, run: dict[str, Any]) -> None:
     val = loader(1) if run.get("validate") else None
     try:
         trainer.fit(model, val_dataloaders=val, ckpt_path=run.get("resume"))
-    except Exception as error:  # noqa: BLE001 - recorded for the test to check
+    except Exception as error:
         if not run.get("expect_error"):
             raise
         result["error"] = f"{type(error).__name__}: {error}"
