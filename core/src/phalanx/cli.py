@@ -1,8 +1,9 @@
-"""The ``phalanx`` command: what is installed, whether it works, and checkpoint tools.
+"""The ``phalanx`` command: what is installed, whether it works, what a run would cost, checkpoint tools.
 
 ``phalanx strategies``, ``phalanx plugins`` and ``phalanx env`` read entry points, distribution
 metadata and a few files, never importing torch, so they answer in a fraction of a second even
-where importing torch takes seconds. ``phalanx doctor`` runs real processes and takes longer.
+where importing torch takes seconds. ``phalanx doctor`` runs real processes and takes longer;
+``phalanx plan`` imports torch to build the model on the meta device.
 Bad input (an unknown command, option or strategy name) prints the usage line, the closest match
 and exits with status 2, like any argparse program.
 """
@@ -135,7 +136,10 @@ def _build_parser() -> tuple[_Parser, dict[str, _Parser]]:
 
     parser = _Parser(
         prog="phalanx",
-        description="Inspect phalanx's installed strategies and plugins, check the machine, and convert checkpoints.",
+        description=(
+            "Inspect phalanx's installed strategies and plugins, check the machine, estimate per-rank memory, "
+            "and convert checkpoints."
+        ),
         epilog="Plugins are packages exposing an entry point in the 'phalanx' group; block one with PHALANX_DISABLE_PLUGINS=name.",
     )
     parser.add_argument("--version", action="version", version=f"phalanx-core {__version__}")
@@ -175,6 +179,9 @@ def _build_parser() -> tuple[_Parser, dict[str, _Parser]]:
     env.add_argument("--torch", action="store_true", help="import torch to check devices and backends (takes as long as importing torch)")
     env.set_defaults(func=_cmd_env)
     _add_doctor(sub)
+    from phalanx._cli.plan import add_plan_parser
+
+    add_plan_parser(sub)
     checkpoint = sub.add_parser("checkpoint", help="checkpoint tools (convert)", description="Checkpoint tools.")
     checkpoint_sub = checkpoint.add_subparsers(dest="checkpoint_command", metavar="COMMAND", required=True, parser_class=_Parser)
     convert = checkpoint_sub.add_parser(

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from phalanx.memory import MemoryEstimate, MemoryRequest
     from phalanx.registry import Registry
 
 __all__ = ["hookspec"]
@@ -99,4 +100,28 @@ def phalanx_convert_checkpoint(source: str, destination: str) -> bool | None:
     ``module.state_dict()``) and ``"phalanx_version"``; it loads with ``torch.load(weights_only=True)``
     and with ``Trainer(strategy="single_device" | "ddp").fit(..., ckpt_path=destination)`` for weights.
     Return True when converted, ``None`` when the format is not this plugin's.
+    """
+
+
+@hookspec(firstresult=True)
+def phalanx_estimate_memory(request: MemoryRequest) -> MemoryEstimate | None:
+    """Say what one rank would hold under ``request.strategy``, or ``None`` when it is not yours.
+
+    Called by ``phalanx plan`` and ``Trainer.plan`` once per strategy name, before anything is
+    launched: ``request.model`` holds parameter shapes and dtypes read from a model built on the
+    meta device (never materialised), with the activation bytes traced for a sample input when one
+    was given. Answer when ``request.target`` is your strategy class (so names registered at
+    runtime for your class are answered too), reading ``request.init_params`` for the variant
+    (stage, offload, mesh), ``request.world_size``, ``request.precision`` and
+    ``request.optimizer``. Build the answer with the shared arithmetic of :mod:`phalanx.memory`
+    (``precision_bytes``, ``optimizer_state_bytes``, ``shard``), so every plugin counts alike.
+    A strategy no plugin answers for is listed as "no estimate", never guessed; the conformance
+    kit's memory check holds an answer to 10 % of what a real run measures.
+
+    Args:
+        request: The strategy, its target and init params, the model's shapes, devices per node,
+            nodes, precision and optimizer kind.
+
+    Returns:
+        Per-rank bytes (device parts, plus CPU / NVMe when offloading), or ``None`` to pass.
     """

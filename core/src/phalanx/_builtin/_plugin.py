@@ -8,14 +8,18 @@ heavy is imported at module level: listing must stay torch-free.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phalanx import hookimpl
 from phalanx.registry import Registry
 
+if TYPE_CHECKING:
+    from phalanx.memory import MemoryEstimate, MemoryRequest
+
 __all__ = [
     "phalanx_convert_checkpoint",
     "phalanx_detect_cluster_environment",
+    "phalanx_estimate_memory",
     "phalanx_register_accelerators",
     "phalanx_register_checkpoint_io",
     "phalanx_register_cluster_environments",
@@ -125,3 +129,11 @@ def phalanx_convert_checkpoint(source: str, destination: str) -> bool | None:
     from phalanx._builtin._convert import convert_torch_file
 
     return convert_torch_file(source, destination)
+
+
+@hookimpl(trylast=True)
+def phalanx_estimate_memory(request: MemoryRequest) -> MemoryEstimate | None:
+    """single_device: weights, gradients and optimizer state all on the one device."""
+    from phalanx._builtin._memory import estimate
+
+    return estimate(request)

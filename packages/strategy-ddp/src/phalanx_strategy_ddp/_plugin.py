@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 from phalanx import hookimpl
 
 if TYPE_CHECKING:
+    from phalanx.memory import MemoryEstimate, MemoryRequest
     from phalanx.registry import Registry
 
-__all__ = ["phalanx_register_strategies", "phalanx_select_strategy"]
+__all__ = ["phalanx_estimate_memory", "phalanx_register_strategies", "phalanx_select_strategy"]
 
 _TARGET = "phalanx_strategy_ddp.strategy:DDPStrategy"
 _REQUIRES = ("torch>=2.1",)
@@ -56,3 +57,11 @@ def phalanx_select_strategy(accelerator: str, num_devices: int, num_nodes: int, 
     if accelerator not in _DDP_ACCELERATORS or num_devices * num_nodes <= 1:
         return None
     return "ddp_notebook" if interactive else "ddp"
+
+
+@hookimpl
+def phalanx_estimate_memory(request: MemoryRequest) -> MemoryEstimate | None:
+    """Every ddp name (and any name registered for DDPStrategy): a replica plus gradient buckets."""
+    from phalanx_strategy_ddp._memory import estimate
+
+    return estimate(request)

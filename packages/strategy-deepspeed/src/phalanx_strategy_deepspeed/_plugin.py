@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING, Any
 from phalanx import hookimpl
 
 if TYPE_CHECKING:
+    from phalanx.memory import MemoryEstimate, MemoryRequest
     from phalanx.registry import Registry
 
 __all__ = [
     "STRATEGY_NAMES",
     "phalanx_convert_checkpoint",
+    "phalanx_estimate_memory",
     "phalanx_register_cluster_environments",
     "phalanx_register_strategies",
 ]
@@ -89,3 +91,11 @@ def phalanx_convert_checkpoint(source: str, destination: str) -> bool | None:
 
     convert_deepspeed_checkpoint(source, destination)
     return True
+
+
+@hookimpl
+def phalanx_estimate_memory(request: MemoryRequest) -> MemoryEstimate | None:
+    """Every ZeRO stage and offload preset (and any name registered for DeepSpeedStrategy)."""
+    from phalanx_strategy_deepspeed._memory import estimate
+
+    return estimate(request)

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 from phalanx import hookimpl
 
 if TYPE_CHECKING:
+    from phalanx.memory import MemoryEstimate, MemoryRequest
     from phalanx.registry import Registry
 
-__all__ = ["phalanx_convert_checkpoint", "phalanx_register_strategies"]
+__all__ = ["phalanx_convert_checkpoint", "phalanx_estimate_memory", "phalanx_register_strategies"]
 
 _TARGET = "phalanx_strategy_fsdp.strategy:FSDPStrategy"
 #: FSDP2's ``fully_shard`` and DTensor state dicts are public from torch 2.4 on.
@@ -60,3 +61,11 @@ def phalanx_convert_checkpoint(source: str, destination: str) -> bool | None:
     from phalanx_strategy_fsdp._convert import convert_sharded_checkpoint
 
     return convert_sharded_checkpoint(source, destination)
+
+
+@hookimpl
+def phalanx_estimate_memory(request: MemoryRequest) -> MemoryEstimate | None:
+    """Every FSDP variant (and any name registered for FSDPStrategy): shards plus one gathered unit."""
+    from phalanx_strategy_fsdp._memory import estimate
+
+    return estimate(request)

@@ -14,11 +14,13 @@ from phalanx import hookimpl
 from phalanx.utilities import installed_version
 
 if TYPE_CHECKING:
+    from phalanx.memory import MemoryEstimate, MemoryRequest
     from phalanx.registry import Registry
 
 __all__ = [
     "SHARDED_MARKER",
     "phalanx_convert_checkpoint",
+    "phalanx_estimate_memory",
     "phalanx_register_accelerators",
     "phalanx_register_checkpoint_io",
     "phalanx_register_precisions",
@@ -160,3 +162,11 @@ def _tpu_attached() -> bool:
         return any(name.isdigit() for name in os.listdir("/dev/vfio"))
     except OSError:
         return False
+
+
+@hookimpl
+def phalanx_estimate_memory(request: MemoryRequest) -> MemoryEstimate | None:
+    """single_xla / xla: a replica per device; xla_fsdp: an SPMD shard per device."""
+    from phalanx_strategy_xla._memory import estimate
+
+    return estimate(request)

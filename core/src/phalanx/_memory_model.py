@@ -1,0 +1,149 @@
+"""Building a model on the meta device and reading what estimates need from it.
+
+Kept apart from :mod:`phalanx.memory` because it imports torch; the public wrappers there import
+it on call. Tracing activations uses ``torch.func.functional_call`` with meta stand-ins for every
+parameter and buffer, so even a model with real weights is traced without allocating anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from phalanx.errors import MisconfigurationError
+from phalanx.memory import ModelSummary, ParameterShape
+
+__all__ = ["build_on_meta", "summarize_model"]
+
+_META_FIX = (
+    "Fix: build layers from shapes only (no torch.load, .item(), .numpy() or data-dependent Python in "
+    "__init__), create tensors without a hard-coded device=, and move weight loading to after the "
+    "model is built (or into Module.configure_model)."
+)
+
+
+def build_on_meta(factory: Callable[[], Any], *, where: str = "the factory") -> nn.Module:
+    """Call ``factory`` (and a Module's ``configure_model``) under ``torch.device("meta")``."""
+    try:
+        with torch.device("meta"):
+            model = factory()
+            if isinstance(model, nn.Module) and callable(getattr(model, "configure_model", None)):
+                model.configure_model()
+    except MisconfigurationError:
+        raise
+    except Exception as err:
+        msg = f"{where} cannot be built on the meta device: {type(err).__name__}: {err}. {_META_FIX}"
+        raise MisconfigurationError(msg) from err
+    if not isinstance(model, nn.Module):
+        msg = (
+            f"{where} returned {type(model).__name__} ({model!r:.80}), not a torch.nn.Module. Fix: return the "
+            "model itself, e.g. `def build(): return MyModel(config)`."
+        )
+        raise MisconfigurationError(msg)
+    real = [name for name, p in model.named_parameters() if not p.is_meta]
+    if real:
+        msg = (
+            f"{where} created parameter {real[0]!r} (and {len(real) - 1} more) with real storage instead of on "
+            f"the meta device, so planning would allocate the weights. {_META_FIX}"
+        )
+        raise MisconfigurationError(msg)
+    return model
+
+
+def _blocks(module: nn.Module) -> tuple[int, ...]:
+    """Parameter counts of the entries of the largest ModuleList / Sequential, else of the children."""
+    best: tuple[int, ...] = ()
+    for sub in module.modules():
+        if isinstance(sub, (nn.ModuleList, nn.Sequential)) and len(sub) > 1:
+            counts = tuple(sum(p.numel() for p in child.parameters()) for child in sub)
+            if sum(counts) > sum(best):
+                best = counts
+    if not best:
+        best = tuple(sum(p.numel() for p in child.parameters()) for child in module.children())
+    return tuple(count for count in best if count)
+
+
+def _first_leaf(module: nn.Module) -> nn.Module | None:
+    for sub in module.modules():
+        if not list(sub.children()):
+            return sub
+    return None
+
+
+def _default_input_dtype(module: nn.Module) -> torch.dtype:
+    return torch.int64 if isinstance(_first_leaf(module), nn.Embedding) else torch.float32
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _trace_activations(
+    module: nn.Module, input_shape: tuple[int, ...], dtype: torch.dtype
+) -> tuple[int | None, str | None]:
+    """Bytes autograd saves for backward in one meta forward pass, and why when it cannot tell."""
+    stand_ins = {
+        name: torch.empty_like(t, device="meta").requires_grad_(t.requires_grad)
+        for name, t in (*module.named_parameters(), *module.named_buffers())
+    }
+    owned = {id(t) for t in stand_ins.values()}
+    saved: dict[int, torch.Tensor] = {}  # kept alive so that ids stay unique while tracing
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        base = tensor._base if tensor._base is not None else tensor
+        if id(tensor) not in owned and id(base) not in owned:
+            saved[id(base)] = base
+        return tensor
+
+    sample = torch.zeros(input_shape, dtype=dtype, device="meta")
+    try:
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            output = torch.func.functional_call(module, stand_ins, (sample,), tie_weights=True, strict=False)
+    except Exception as err:
+        return None, f"forward on a meta input of shape {list(input_shape)} failed ({type(err).__name__}: {err})"
+    for tensor in _tensors(output):
+        base = tensor._base if tensor._base is not None else tensor
+        saved.setdefault(id(base), base)
+    return sum(t.numel() * t.element_size() for t in saved.values()), None
+
+
+def summarize_model(
+    module: nn.Module, *, input_shape: tuple[int, ...] | None = None, input_dtype: str | None = None
+) -> ModelSummary:
+    """Read parameter shapes, buffers and blocks of ``module``; trace activations for ``input_shape``."""
+    parameters = tuple(
+        ParameterShape(name, tuple(p.shape), str(p.dtype).removeprefix("torch."), p.requires_grad)
+        for name, p in module.named_parameters()
+    )
+    buffer_bytes = sum(b.numel() * b.element_size() for b in module.buffers())
+    activations: int | None = None
+    note: str | None = None
+    if input_shape is not None:
+        if input_dtype is None:
+            dtype = _default_input_dtype(module)
+        else:
+            dtype = getattr(torch, input_dtype, None)
+            if not isinstance(dtype, torch.dtype):
+                msg = (
+                    f"input dtype {input_dtype!r} is not a torch dtype; pass e.g. --input-dtype int64 (token ids) "
+                    "or float32."
+                )
+                raise MisconfigurationError(msg)
+        activations, note = _trace_activations(module, tuple(input_shape), dtype)
+    return ModelSummary(
+        parameters=parameters,
+        buffer_bytes=buffer_bytes,
+        blocks=_blocks(module),
+        activation_bytes=activations,
+        input_shape=None if input_shape is None else tuple(input_shape),
+        activation_note=note,
+    )

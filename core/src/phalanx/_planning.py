@@ -1,0 +1,195 @@
+"""Asking every strategy for an estimate and turning the answers into rows, advice and text.
+
+Shared by ``phalanx plan`` and ``Trainer.plan``: both describe the model once (meta device), then
+ask the ``phalanx_estimate_memory`` hook once per strategy name. A name that is not usable here
+is still planned (what it would cost is worth knowing before installing it), with its reason.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from phalanx.memory import MemoryEstimate, MemoryRequest, ModelSummary, estimate_memory, format_bytes
+
+__all__ = ["PlanReport", "PlanRow", "plan_strategies"]
+
+_ADVICE_TARGETS = ("fsdp", "deepspeed_stage_3", "deepspeed_stage_3_offload", "model_parallel")
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One strategy's answer: its estimate (``None``: "no estimate") and whether it fits."""
+
+    strategy: str
+    estimate: MemoryEstimate | None
+    fits: bool | None
+    available: bool = True
+    reason: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form; ``estimate`` is ``None`` for a strategy that gave no estimate."""
+        return {
+            "strategy": self.strategy,
+            "estimate": None if self.estimate is None else self.estimate.as_dict(),
+            "fits": self.fits,
+            "available": self.available,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    """What a run would cost per rank under each strategy, for one model and one world.
+
+    ``str(report)`` is the table ``phalanx plan`` prints; :meth:`as_dict` is its ``--json``.
+    """
+
+    model: ModelSummary
+    rows: tuple[PlanRow, ...]
+    devices: int
+    num_nodes: int
+    precision: str
+    optimizer: str
+    device_memory: int | None = None
+    advice: tuple[str, ...] = field(default=())
+
+    def row(self, strategy: str) -> PlanRow:
+        """The row of ``strategy`` (KeyError naming the planned ones otherwise)."""
+        for row in self.rows:
+            if row.strategy == strategy:
+                return row
+        msg = f"{strategy!r} was not planned; planned: {[r.strategy for r in self.rows]}"
+        raise KeyError(msg)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``phalanx plan --json``)."""
+        return {
+            "model": {
+                "parameters": self.model.numel,
+                "trainable": self.model.trainable_numel,
+                "buffer_bytes": self.model.buffer_bytes,
+                "activation_bytes": self.model.activation_bytes,
+                "input_shape": None if self.model.input_shape is None else list(self.model.input_shape),
+            },
+            "devices": self.devices,
+            "num_nodes": self.num_nodes,
+            "world_size": self.devices * self.num_nodes,
+            "precision": self.precision,
+            "optimizer": self.optimizer,
+            "device_memory": self.device_memory,
+            "strategies": [row.as_dict() for row in self.rows],
+            "advice": list(self.advice),
+        }
+
+    def __str__(self) -> str:
+        return render(self)
+
+
+def plan_strategies(
+    model: ModelSummary,
+    names: Iterable[str],
+    *,
+    devices: int,
+    num_nodes: int,
+    precision: str,
+    optimizer: str,
+    device_memory: int | None = None,
+    init_params: Mapping[str, Mapping[str, Any]] | None = None,
+) -> PlanReport:
+    """Ask the hook for each name; ``init_params`` overrides a name's registered params."""
+    from phalanx.registry import StrategyRegistry
+
+    rows = []
+    for name in names:
+        entry = StrategyRegistry.entry(name)
+        params = {**entry.init_params, **(init_params or {}).get(name, {})}
+        request = MemoryRequest(
+            strategy=name,
+            target=entry.target_path,
+            init_params=params,
+            model=model,
+            devices=devices,
+            num_nodes=num_nodes,
+            precision=precision,
+            optimizer=optimizer,
+        )
+        found = estimate_memory(request)
+        fits = None if found is None or device_memory is None else found.fits(device_memory)
+        reason = entry.unavailable_reason()
+        rows.append(PlanRow(name, found, fits, available=reason is None, reason=reason))
+    report = PlanReport(model, tuple(rows), devices, num_nodes, precision, optimizer, device_memory)
+    return PlanReport(**{**report.__dict__, "advice": advise(report)})
+
+
+def advise(report: PlanReport) -> tuple[str, ...]:
+    """What to change when nothing fits: more ranks, offload, a mesh, a smaller precision."""
+    if report.device_memory is None:
+        return ()
+    answered = [row for row in report.rows if row.estimate is not None]
+    if not answered or any(row.fits for row in answered):
+        return ()
+    best = min(answered, key=lambda row: row.estimate.total)  # type: ignore[union-attr]
+    assert best.estimate is not None
+    tips = [
+        f"nothing fits {format_bytes(report.device_memory)}; the smallest is {best.strategy} at "
+        f"{format_bytes(best.estimate.total)} per rank"
+    ]
+    sharded = best.estimate.parameters + best.estimate.gradients + best.estimate.optimizer_states
+    spare = report.device_memory - best.estimate.total + sharded
+    world = report.devices * report.num_nodes
+    if spare > 0 and sharded > 0:
+        needed = world * sharded / spare
+        if needed > world:
+            nodes = -(-int(needed) // report.devices)
+            tips.append(f"more ranks: about {int(needed) + 1} ({nodes} nodes of {report.devices}) for {best.strategy}")
+    if not any(row.strategy.endswith("offload") for row in answered):
+        tips.append("offload: plan --strategy deepspeed_stage_3_offload or fsdp_cpu_offload (CPU memory)")
+    if report.model.activation_bytes:
+        tips.append("activations: a smaller --input-shape (micro-batch) or activation checkpointing")
+    if not report.precision.startswith(("bf16", "16")):
+        tips.append("precision: --precision bf16-true halves weights, gradients and state")
+    tips.append("a mesh: --strategy model_parallel splits layers over tensor-parallel ranks")
+    return tuple(tips)
+
+
+_NAME = 28
+_COLUMNS = (("STRATEGY", _NAME), ("PARAMS", 8), ("GRADS", 8), ("OPTIM", 8), ("ACTIV", 8), ("OTHER", 8), ("TOTAL", 8))
+
+
+def _cell(value: int | None) -> str:
+    return format_bytes(value).replace(" ", "")
+
+
+def render(report: PlanReport, *, width: int | None = None) -> str:
+    """The table: one row per strategy, at most 100 columns (the terminal's width when smaller)."""
+    width = min(100, width or shutil.get_terminal_size((100, 24)).columns)
+    world = report.devices * report.num_nodes
+    lines = [
+        f"{report.model.numel / 1e9:.3g}B parameters; {world} ranks ({report.num_nodes} x {report.devices}); "
+        f"{report.precision}; {report.optimizer}"
+        + (f"; {format_bytes(report.device_memory)} per device" if report.device_memory else ""),
+        "per-rank bytes on the device" + ("" if report.model.activation_bytes else " (no --input-shape: ACTIV -)"),
+    ]
+    header = "".join(title.ljust(size) for title, size in _COLUMNS) + "FITS  HOST"
+    lines.append(header)
+    for row in report.rows:
+        name = row.strategy + ("" if row.available else " *")
+        name = name if len(name) < _NAME else name[: _NAME - 2] + "~"
+        if row.estimate is None:
+            lines.append(name.ljust(_NAME) + "no estimate")
+            continue
+        est = row.estimate
+        cells = (est.parameters, est.gradients, est.optimizer_states, est.activations, est.other, est.total)
+        fits = "-" if row.fits is None else ("yes" if row.fits else "NO")
+        host = " ".join(f"{kind}:{_cell(value)}" for kind, value in (("cpu", est.cpu), ("nvme", est.nvme)) if value)
+        lines.append(name.ljust(_NAME) + "".join(_cell(v).ljust(8) for v in cells) + fits.ljust(6) + host)
+    if not all(row.available for row in report.rows):
+        lines.append("* not usable here (planned anyway): see `phalanx strategies` for the reason")
+    for tip in report.advice:
+        lines.append(f"  - {tip}")
+    if report.model.activation_note:
+        lines.append(f"  activations unknown: {report.model.activation_note}")
+    return "\n".join(line[:width] for line in lines)

@@ -1,0 +1,373 @@
+"""Per-rank memory estimates: the data a strategy plugin receives and returns, and shared arithmetic.
+
+``phalanx plan`` and ``Trainer.plan`` build the model on the meta device (shapes and dtypes, no
+storage), describe it as a :class:`ModelSummary`, and ask every plugin through the
+``phalanx_estimate_memory`` hook what one rank would hold under a strategy. A plugin answers for
+the strategies whose target is its own class with a :class:`MemoryEstimate`, or ``None``; a
+strategy nobody answers for is shown as "no estimate", never guessed.
+
+Everything here is plugin-author API: the byte counts per precision and optimizer live in one
+place so that every plugin's arithmetic agrees, and importing this module does not import torch
+(the model helpers import it when called).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from phalanx.errors import MisconfigurationError, closest_match
+
+if TYPE_CHECKING:
+    from torch import nn
+
+__all__ = [
+    "OPTIMIZER_STATE_BYTES",
+    "PRECISION_BYTES",
+    "MemoryEstimate",
+    "MemoryRequest",
+    "ModelSummary",
+    "ParameterShape",
+    "PrecisionBytes",
+    "activation_estimate",
+    "build_on_meta",
+    "estimate_memory",
+    "format_bytes",
+    "optimizer_state_bytes",
+    "parse_bytes",
+    "precision_bytes",
+    "replicated_estimate",
+    "shard",
+    "summarize_model",
+]
+
+
+@dataclass(frozen=True)
+class PrecisionBytes:
+    """Bytes per element of what a precision keeps: the weights, their gradients, activations.
+
+    ``mixed`` is true when compute runs in a half type over float32 weights (autocast), which
+    libraries that own the cast (DeepSpeed, FSDP2) turn into half weights plus a float32 master.
+    """
+
+    weights: int
+    gradients: int
+    activations: int
+    mixed: bool = False
+
+
+#: Canonical precision name -> bytes per element. Plugin precisions map onto these names.
+PRECISION_BYTES: dict[str, PrecisionBytes] = {
+    "32-true": PrecisionBytes(4, 4, 4),
+    "64-true": PrecisionBytes(8, 8, 8),
+    "16-mixed": PrecisionBytes(4, 4, 2, mixed=True),
+    "bf16-mixed": PrecisionBytes(4, 4, 2, mixed=True),
+    "16-true": PrecisionBytes(2, 2, 2),
+    "bf16-true": PrecisionBytes(2, 2, 2),
+    "xla-bf16-true": PrecisionBytes(2, 2, 2),
+    "xla-bf16-mixed": PrecisionBytes(4, 4, 2, mixed=True),
+}
+
+#: Optimizer kind -> float32 state bytes per trainable element (Adam: exp_avg + exp_avg_sq).
+OPTIMIZER_STATE_BYTES: dict[str, int] = {
+    "adamw": 8,
+    "adam": 8,
+    "sgd": 0,
+    "sgd_momentum": 4,
+    "rmsprop": 4,
+    "adagrad": 4,
+    "lion": 4,
+    "none": 0,
+}
+
+
+def precision_bytes(precision: str | int) -> PrecisionBytes:
+    """Bytes per element for ``precision`` (any spelling ``Trainer(precision=...)`` accepts).
+
+    Raises:
+        MisconfigurationError: Unknown precision; names the valid ones.
+    """
+    from phalanx.precision._aliases import normalize_precision
+
+    name = normalize_precision(precision, extra_choices=[p for p in PRECISION_BYTES if p.startswith("xla")])
+    return PRECISION_BYTES[name]
+
+
+def optimizer_state_bytes(optimizer: str, numel: int, *, state_dtype_bytes: int = 4) -> int:
+    """Bytes of optimizer state for ``numel`` trainable elements.
+
+    ``state_dtype_bytes`` is the element size of the state (4: float32; 8 for 64-true); Adam also
+    keeps one scalar ``step`` per tensor, which is negligible and left out.
+
+    Raises:
+        MisconfigurationError: Unknown optimizer kind; names the valid ones.
+    """
+    if optimizer not in OPTIMIZER_STATE_BYTES:
+        hint = closest_match(optimizer, OPTIMIZER_STATE_BYTES)
+        msg = (
+            f"optimizer {optimizer!r} has no known state size; valid kinds are {sorted(OPTIMIZER_STATE_BYTES)}"
+            f"{f' (closest: {hint!r})' if hint else ''}. Pass one of them, e.g. --optimizer adamw."
+        )
+        raise MisconfigurationError(msg)
+    return OPTIMIZER_STATE_BYTES[optimizer] * numel * state_dtype_bytes // 4
+
+
+def shard(numel: int, ranks: int) -> int:
+    """Elements one rank holds when ``numel`` is split over ``ranks`` (rounded up, as libraries pad)."""
+    return math.ceil(numel / max(1, ranks))
+
+
+@dataclass(frozen=True)
+class ParameterShape:
+    """One parameter as the meta device describes it: name, shape, dtype, trainable."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    requires_grad: bool = True
+
+    @property
+    def numel(self) -> int:
+        """Number of elements."""
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    """What a strategy needs to know about a model to size it, without its weights.
+
+    Attributes:
+        parameters: Every parameter (shared ones once), in ``named_parameters`` order.
+        buffer_bytes: Bytes of registered buffers (replicated by every strategy).
+        blocks: Parameter counts of the model's largest repeated units (the entries of its
+            biggest ``ModuleList``/``Sequential``, or its direct children), which is what FSDP-style
+            strategies gather one at a time.
+        activation_bytes: Bytes autograd saves for backward in one forward pass over the sample
+            input, traced on the meta device in float32; ``None`` when no input shape was given.
+        input_shape: The sample input shape (per rank, one micro-batch).
+        activation_note: Why activations are unknown when tracing the forward failed.
+    """
+
+    parameters: tuple[ParameterShape, ...]
+    buffer_bytes: int = 0
+    blocks: tuple[int, ...] = ()
+    activation_bytes: int | None = None
+    input_shape: tuple[int, ...] | None = None
+    activation_note: str | None = None
+
+    @property
+    def numel(self) -> int:
+        """All parameter elements."""
+        return sum(p.numel for p in self.parameters)
+
+    @property
+    def trainable_numel(self) -> int:
+        """Elements that get gradients and optimizer state."""
+        return sum(p.numel for p in self.parameters if p.requires_grad)
+
+    @property
+    def largest_block(self) -> int:
+        """Elements of the largest unit a sharded strategy gathers at once."""
+        return max(self.blocks, default=self.numel)
+
+
+@dataclass(frozen=True)
+class MemoryRequest:
+    """What ``phalanx_estimate_memory`` is asked: one strategy name, one model, one world.
+
+    Attributes:
+        strategy: The registered name (``"deepspeed_stage_3_offload"``).
+        target: Its registered target as ``"module:Attr"``; a plugin answers when this is its class.
+        init_params: The registered init params merged with the user's (``{"stage": 3, ...}``).
+        model: The model's shapes.
+        devices: Devices (processes) per node.
+        num_nodes: Nodes.
+        precision: Canonical precision name (``"bf16-mixed"``).
+        optimizer: Optimizer kind, a key of :data:`OPTIMIZER_STATE_BYTES`.
+    """
+
+    strategy: str
+    target: str
+    init_params: Mapping[str, Any]
+    model: ModelSummary
+    devices: int = 1
+    num_nodes: int = 1
+    precision: str = "32-true"
+    optimizer: str = "adamw"
+
+    @property
+    def world_size(self) -> int:
+        """Total ranks."""
+        return self.devices * self.num_nodes
+
+    @property
+    def bytes(self) -> PrecisionBytes:
+        """Bytes per element of this request's precision."""
+        return precision_bytes(self.precision)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes one rank holds on its device during a training step, and what is kept elsewhere.
+
+    Attributes:
+        parameters: Model weights resident on the device (a shard when sharded), plus any half copy.
+        gradients: Gradients held between backward and the step.
+        optimizer_states: Optimizer state and float32 master weights a library keeps for the step.
+        activations: Tensors saved for backward for the sample input; ``None`` when not asked.
+        other: Buffers, communication buckets and the largest gathered unit: transient or fixed
+            costs the library allocates itself.
+        cpu: Bytes this rank keeps in host memory when offloading.
+        nvme: Bytes this rank keeps on NVMe.
+        layout: How the state is spread, in words (``"sharded over 8"``, ``"dp=2 x tp=4"``).
+        notes: What the numbers assume, e.g. which values are approximations.
+    """
+
+    parameters: int
+    gradients: int
+    optimizer_states: int
+    activations: int | None = None
+    other: int = 0
+    cpu: int = 0
+    nvme: int = 0
+    layout: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def total(self) -> int:
+        """Per-rank device bytes: every part plus activations when known."""
+        return self.parameters + self.gradients + self.optimizer_states + (self.activations or 0) + self.other
+
+    def fits(self, device_bytes: int) -> bool:
+        """Whether :attr:`total` fits in ``device_bytes``."""
+        return self.total <= device_bytes
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``phalanx plan --json``)."""
+        data = asdict(self)
+        data["notes"] = list(self.notes)
+        data["total"] = self.total
+        return data
+
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "k": 2**10,
+    "m": 2**20,
+    "g": 2**30,
+    "t": 2**40,
+}
+
+
+def parse_bytes(value: str | int) -> int:
+    """``"80GiB"``, ``"24 GB"``, ``"1.5TiB"``, ``"512m"`` or a plain integer -> bytes.
+
+    Raises:
+        MisconfigurationError: Not a positive size with a known unit; names the units and an example.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    found = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(value))
+    if found and found.group(2).lower() in _UNITS and float(found.group(1)) > 0:
+        return int(float(found.group(1)) * _UNITS[found.group(2).lower()])
+    msg = (
+        f"device memory {value!r} is not a size: expected a positive number with a unit "
+        "(B, KB, MB, GB, TB, KiB, MiB, GiB, TiB). Pass e.g. --device-memory 80GiB."
+    )
+    raise MisconfigurationError(msg)
+
+
+def format_bytes(value: int | None) -> str:
+    """Bytes in binary units with three significant digits (``"2.42 GiB"``); ``"-"`` for ``None``."""
+    if value is None:
+        return "-"
+    amount = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(amount) < 1024 or unit == "TiB":
+            return f"{amount:.0f} {unit}" if unit == "B" else f"{amount:.3g} {unit}"
+        amount /= 1024
+    return f"{amount:.3g} TiB"  # pragma: no cover - loop always returns
+
+
+def activation_estimate(request: MemoryRequest, *, divisor: int = 1) -> int | None:
+    """The traced float32 activation bytes scaled to the request's compute precision, per rank.
+
+    ``divisor`` splits them further (tensor parallel shards most activations over its ranks).
+    """
+    traced = request.model.activation_bytes
+    if traced is None:
+        return None
+    return math.ceil(traced * request.bytes.activations / 4 / max(1, divisor))
+
+
+def replicated_estimate(request: MemoryRequest, *, layout: str, other: int = 0, notes: tuple[str, ...] = ()) -> MemoryEstimate:
+    """A full copy of weights, gradients and optimizer state on every rank (single device, DDP).
+
+    Plain torch optimizers keep their state in the parameters' dtype, so a ``-true`` half
+    precision halves it too; ``other`` adds library buffers (DDP's gradient buckets).
+    """
+    model, size = request.model, request.bytes
+    return MemoryEstimate(
+        parameters=model.numel * size.weights,
+        gradients=model.trainable_numel * size.gradients,
+        optimizer_states=optimizer_state_bytes(request.optimizer, model.trainable_numel, state_dtype_bytes=size.weights),
+        activations=activation_estimate(request),
+        other=model.buffer_bytes + other,
+        layout=layout,
+        notes=notes,
+    )
+
+
+def build_on_meta(factory: Callable[[], Any], *, where: str = "the factory") -> nn.Module:
+    """Call ``factory`` with the meta device as default, so no parameter gets storage.
+
+    A ``phalanx.Module`` whose layers are created in ``configure_model`` has that hook run too.
+    A 70B-parameter configuration builds in seconds this way.
+
+    Raises:
+        MisconfigurationError: The factory fails on meta tensors or returns no ``nn.Module``; says
+            why and how to fix it.
+    """
+    from phalanx._memory_model import build_on_meta as _build
+
+    return _build(factory, where=where)
+
+
+def summarize_model(
+    module: nn.Module, *, input_shape: tuple[int, ...] | None = None, input_dtype: str | None = None
+) -> ModelSummary:
+    """Describe ``module`` (meta or real) for estimates; trace activations for ``input_shape``.
+
+    Activations are the bytes autograd saves in one forward pass over a meta tensor of
+    ``input_shape`` (integers in ``[0, 2)`` of ``input_dtype``, default ``int64`` when the model
+    starts with an ``nn.Embedding``, else ``float32``); nothing is allocated.
+    """
+    from phalanx._memory_model import summarize_model as _summarize
+
+    return _summarize(module, input_shape=input_shape, input_dtype=input_dtype)
+
+
+def estimate_memory(request: MemoryRequest) -> MemoryEstimate | None:
+    """Ask the installed plugins (one ``firstresult`` pluggy call) for ``request``; ``None``: no answer."""
+    from phalanx.plugins import _decide
+
+    answer = _decide("phalanx_estimate_memory", request=request)
+    if answer is not None and not isinstance(answer, MemoryEstimate):
+        msg = (
+            f"A plugin answered phalanx_estimate_memory for {request.strategy!r} with {answer!r}; the hook must "
+            "return a phalanx.memory.MemoryEstimate or None. Fix that plugin's hook implementation."
+        )
+        raise MisconfigurationError(msg)
+    return answer

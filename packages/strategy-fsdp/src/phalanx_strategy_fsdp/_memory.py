@@ -1,0 +1,71 @@
+"""What one FSDP2 rank holds: a shard of weights, gradients and optimizer state, plus one gathered unit.
+
+``fully_shard`` splits every parameter along dim 0 (padding it to a multiple of the shard count),
+and gradients and optimizer state follow the parameter's sharding. During forward and backward
+one sharding unit at a time is all-gathered in the compute dtype, and its gradients exist
+unsharded until the reduce-scatter: that working set is ``other``. Without an
+``auto_wrap_policy`` the whole model is one unit; with ``reshard_after_forward=False`` every unit
+stays gathered from forward to backward. CPU offload keeps the shards in host memory.
+"""
+
+from __future__ import annotations
+
+import math
+
+from phalanx.memory import MemoryEstimate, MemoryRequest, activation_estimate, optimizer_state_bytes
+
+__all__ = ["TARGET", "estimate"]
+
+TARGET = "phalanx_strategy_fsdp.strategy:FSDPStrategy"
+
+
+def _shard_count(request: MemoryRequest) -> tuple[int, str]:
+    mesh = request.init_params.get("device_mesh")
+    if mesh == "hybrid":
+        return request.devices, f"replicate x{request.num_nodes}, shard x{request.devices}"
+    if isinstance(mesh, (tuple, list)) and len(mesh) == 2:
+        return int(mesh[1]), f"replicate x{mesh[0]}, shard x{mesh[1]}"
+    return request.world_size, f"sharded x{request.world_size}"
+
+
+def estimate(request: MemoryRequest) -> MemoryEstimate | None:
+    """Shards of weights, gradients and optimizer state; the gathered unit as ``other``."""
+    if request.target != TARGET:
+        return None
+    ranks, layout = _shard_count(request)
+    size, params = request.bytes, request.model.parameters
+    compute = size.activations if size.mixed else size.weights  # FSDP2 gathers in param_dtype
+
+    def local(numel_of: list[tuple[int, ...]]) -> int:
+        return sum(math.ceil(shape[0] / ranks) * math.prod(shape[1:]) if shape else 1 for shape in numel_of)
+
+    weights = local([p.shape for p in params]) * size.weights
+    trainable = local([p.shape for p in params if p.requires_grad])
+    gradients = trainable * size.gradients
+    states = optimizer_state_bytes(request.optimizer, trainable, state_dtype_bytes=size.weights)
+    wrapped = request.init_params.get("auto_wrap_policy") is not None
+    keep_gathered = request.init_params.get("reshard_after_forward", True) is False
+    unit = request.model.largest_block if wrapped and not keep_gathered else request.model.numel
+    working = unit * (compute + size.gradients)
+    notes = [f"other: {'largest wrapped unit' if unit != request.model.numel else 'whole model (one unit)'} gathered"]
+    if request.init_params.get("cpu_offload"):
+        notes.append("shards of weights, gradients and optimizer state in CPU memory")
+        return MemoryEstimate(
+            parameters=0,
+            gradients=0,
+            optimizer_states=0,
+            activations=activation_estimate(request),
+            other=request.model.buffer_bytes + working,
+            cpu=weights + gradients + states,
+            layout=layout + ", CPU offload",
+            notes=tuple(notes),
+        )
+    return MemoryEstimate(
+        parameters=weights,
+        gradients=gradients,
+        optimizer_states=states,
+        activations=activation_estimate(request),
+        other=request.model.buffer_bytes + working,
+        layout=layout,
+        notes=tuple(notes),
+    )
