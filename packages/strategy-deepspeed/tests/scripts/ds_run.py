@@ -8,6 +8,7 @@ Modes:
              Trainer; write both loss curves.
     reload   Try to resume / evaluate a checkpoint given on the command line and report what
              happened (wrong-model and wrong-world-size checks); optionally train in bf16.
+    variants Several fits in the same processes, one per ``--runs`` entry (see ``variants``).
 
 Every rank writes ``<out>/rank<R>.json``; rank 0 also writes ``ref_weights.pt`` (parity).
 """
@@ -30,7 +31,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from phalanx import Module, Trainer
-from phalanx.callbacks import ModelCheckpoint
+from phalanx.callbacks import Callback, ModelCheckpoint
 from phalanx.plugins import convert_checkpoint
 
 LR = 0.05
@@ -101,17 +102,22 @@ def loader() -> DataLoader:
 
 
 def trainer(args: argparse.Namespace, steps: int, callbacks: list[Any] | None = None) -> Trainer:
+    strategy = args.strategy
+    if isinstance(strategy, dict):  # DeepSpeedStrategy keyword arguments
+        from phalanx_strategy_deepspeed import DeepSpeedStrategy
+
+        strategy = DeepSpeedStrategy(**strategy)
     return Trainer(
         callbacks=callbacks,
         accelerator="cpu",
         devices=args.devices,
-        strategy=args.strategy,
+        strategy=strategy,
         precision=args.precision,
         max_steps=steps,
         accumulate_grad_batches=args.accumulate,
         gradient_clip_val=args.clip or None,
         logger=False,
-        enable_checkpointing=bool(callbacks),
+        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks or []),
         enable_progress_bar=False,
         default_root_dir=args.out,
     )
@@ -224,9 +230,82 @@ def reload(args: argparse.Namespace) -> None:
     write(args, 0, result)
 
 
+def _wait_for(path: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {timeout:g}s")
+        time.sleep(0.05)
+
+
+class EngineFacts(Callback):
+    """What the running engine was configured with, read from DeepSpeed itself at the end of fit."""
+
+    def __init__(self) -> None:
+        self.facts: dict[str, Any] = {}
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        engine = trainer.strategy.deepspeed_engine
+        self.facts = {"stage": engine.zero_optimization_stage(), "cpu_offload": bool(engine.zero_cpu_offload()), "bf16": engine.bfloat16_enabled()}
+
+
+def variants(args: argparse.Namespace) -> None:
+    """One fit per entry of ``--runs`` (a JSON list), all in these processes; results keyed by tag.
+
+    Entry keys: ``tag``; ``strategy`` (a name or DeepSpeedStrategy kwargs); ``precision``;
+    ``steps`` (max_steps); ``lazy``; ``ckpt`` (a file in ``--out`` to start from, waited for);
+    ``validate`` (validate from ``ckpt`` instead of fitting); ``convert`` (save a checkpoint at the
+    end, rank 0 converts it to ``<tag>.ckpt``); ``reuse`` (validate the same Module again
+    afterwards and record what happened).
+    """
+    results: dict[str, Any] = {}
+    rank = 0
+    for run in json.loads(args.runs):
+        tag = run["tag"]
+        settings = argparse.Namespace(
+            **{**vars(args), "strategy": run.get("strategy", args.strategy), "precision": run.get("precision", "32-true")}
+        )
+        model = Net(args.hidden, lazy=run.get("lazy", False))
+        if run.get("convert"):
+            model.save_to = os.path.join(args.out, tag)
+        ckpt = os.path.join(args.out, run["ckpt"]) if run.get("ckpt") else None
+        if ckpt:
+            _wait_for(ckpt + ".done")
+        facts = EngineFacts()
+        fit = trainer(settings, run.get("steps", args.steps), callbacks=[facts])
+        result: dict[str, Any] = {}
+        if run.get("validate"):
+            result["val_loss"] = float(fit.validate(model, loader(), ckpt_path=ckpt, verbose=False)[0]["val_loss"])
+        else:
+            fit.fit(model, loader(), ckpt_path=ckpt)
+        rank = fit.global_rank
+        parameters = list(model.parameters())
+        result |= {
+            "losses": model.losses,
+            "dtype": str(parameters[0].dtype),
+            "data_numel": sum(p.data.numel() for p in parameters),
+            "partitioned": sum(hasattr(p, "ds_id") for p in parameters),  # still ZeRO-3 parameters
+            "global_step": fit.global_step,
+            "engine": facts.facts,
+        }
+        if rank == 0 and not run.get("lazy"):
+            torch.save(model.state_dict(), os.path.join(args.out, f"{tag}.weights.pt"))
+        if run.get("reuse"):
+            try:
+                trainer(settings, 1).validate(model, loader(), verbose=False)
+                result["reuse"] = "ok"
+            except Exception as error:  # the test inspects the message
+                result["reuse"] = f"{type(error).__name__}: {error}"
+        if run.get("convert") and rank == 0:
+            convert_checkpoint(model.save_to, os.path.join(args.out, f"{tag}.ckpt"))
+            open(os.path.join(args.out, f"{tag}.ckpt.done"), "w").close()
+        results[tag] = result
+    write(args, rank, results)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["parity", "resume", "reload"])
+    parser.add_argument("mode", choices=["parity", "resume", "reload", "variants"])
     parser.add_argument("--out", required=True)
     parser.add_argument("--strategy", default="deepspeed_stage_2")
     parser.add_argument("--precision", default="32-true")
@@ -241,8 +320,9 @@ def main() -> None:
     parser.add_argument("--validate", action="store_true")
     parser.add_argument("--other-hidden", type=int, default=0, help="reload: first try a model of this width")
     parser.add_argument("--bf16-steps", type=int, default=0, help="reload: also fit this many steps in bf16-mixed")
+    parser.add_argument("--runs", default="[]", help="variants: a JSON list of runs")
     args = parser.parse_args()
-    {"parity": parity, "resume": resume, "reload": reload}[args.mode](args)
+    {"parity": parity, "resume": resume, "reload": reload, "variants": variants}[args.mode](args)
     sys.stdout.flush()
 
 
