@@ -84,7 +84,20 @@ def test_no_host_sync_on_non_logging_steps(bar: bool) -> None:
     assert trainer.global_step == 10
     assert recorder.steps[:2] == [4, 9]
     reads = {step: count for step, count in mode.by_step.items() if step >= 0}
-    # only the logging steps (global steps 4 and 9, which also ends the epoch) read values back
-    assert set(reads) <= {4, 9}, reads
+    # only the logging steps (global steps 4 and 9, which also ends the epoch) read values back, and
+    # they must: equality, not a subset, so a counter that saw nothing (a dispatch mode that stopped
+    # intercepting, a logger that stopped converting) fails here instead of passing vacuously
+    assert set(reads) == {4, 9}, reads
+    assert all(count >= 1 for count in reads.values()), reads
     assert isinstance(trainer.callback_metrics["train_loss"], torch.Tensor)
     assert trainer.callback_metrics["train_loss"].requires_grad is False
+
+
+def test_host_read_counter_counts() -> None:
+    """The counter itself: one ``float(tensor)`` inside the mode is one read (a positive control)."""
+    mode = _CountHostReads()
+    mode.step = 3
+    with mode:
+        value = float(torch.ones(()) * 2)
+    assert value == 2.0
+    assert mode.by_step == {3: 1}
