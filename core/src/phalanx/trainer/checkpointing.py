@@ -131,9 +131,29 @@ def _default_dirs(trainer: Trainer) -> list[Path]:
     return dirs
 
 
+def _is_complete(path: Path) -> bool:
+    """Whether ``path`` can be a finished checkpoint.
+
+    Writers publish a checkpoint under its ``*.ckpt`` name only once it is complete (a file by
+    rename, a sharded directory by :func:`phalanx.checkpoint_io.atomic.publish_directory`); what a
+    killed writer leaves is a dot-named temporary or staging entry, skipped here, as are empty
+    files and directories (nothing phalanx writes looks like that).
+    """
+    if path.name.startswith("."):
+        return False
+    try:
+        if path.is_dir():
+            return any(path.iterdir())
+        return path.stat().st_size > 0
+    except OSError:  # removed while we looked
+        return False
+
+
 def find_last_checkpoint(trainer: Trainer) -> str | None:
-    """The most recently written ``*.ckpt`` in the checkpoint directories this Trainer uses."""
-    candidates = [path for d in _default_dirs(trainer) if d.is_dir() for path in d.glob("*.ckpt")]
+    """The most recently written complete ``*.ckpt`` in the checkpoint directories this Trainer uses."""
+    candidates = [
+        path for d in _default_dirs(trainer) if d.is_dir() for path in d.glob("*.ckpt") if _is_complete(path)
+    ]
     if not candidates:
         return None
     newest = max(candidates, key=lambda p: (p.stat().st_mtime_ns, p.name.startswith("last")))

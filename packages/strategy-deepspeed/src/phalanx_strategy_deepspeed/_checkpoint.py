@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from phalanx.checkpoint_io.atomic import prepare_staging, publish_directory, staging_directory
 from phalanx.checkpoint_io.checkpoint_io import PathLike
 from phalanx.errors import CheckpointError, MisconfigurationError
 from phalanx_strategy_deepspeed._layout import (
@@ -98,10 +99,17 @@ class DeepSpeedCheckpointing:
                 "directory. Fix: delete it or choose another path."
             )
             raise CheckpointError(msg)
-        engine.save_checkpoint(path, client_state={}, tag=TAG, exclude_frozen_parameters=self.exclude_frozen_parameters)
+        # Written into a staging directory and published whole by rank 0 (phalanx.checkpoint_io.atomic):
+        # a rank killed mid-save leaves the previous checkpoint at `path` complete and loadable.
+        staging = os.fspath(staging_directory(path))
+        if self.is_global_zero:  # type: ignore[attr-defined]
+            prepare_staging(path)
+        self.barrier("DeepSpeedStrategy.save_checkpoint: staging")  # type: ignore[attr-defined]
+        engine.save_checkpoint(staging, client_state={}, tag=TAG, exclude_frozen_parameters=self.exclude_frozen_parameters)
+        self.barrier("DeepSpeedStrategy.save_checkpoint: shards")  # type: ignore[attr-defined]
         if self.is_global_zero:  # type: ignore[attr-defined]
             state = {key: value for key, value in checkpoint.items() if key not in _WEIGHT_KEYS}
-            self.checkpoint_io.save_checkpoint(state, os.path.join(path, TRAINER_STATE))
+            self.checkpoint_io.save_checkpoint(state, os.path.join(staging, TRAINER_STATE))
             from phalanx import __version__
 
             manifest = CheckpointManifest(
@@ -110,7 +118,8 @@ class DeepSpeedCheckpointing:
                 parameters=parameter_shapes(self.require_module()),  # type: ignore[attr-defined]
                 phalanx_version=__version__,
             )
-            write_manifest(path, manifest)
+            write_manifest(staging, manifest)
+            publish_directory(staging, path)
         self.barrier("DeepSpeedStrategy.save_checkpoint")  # type: ignore[attr-defined]
 
     def _save_after_run(self, checkpoint: dict[str, Any], path: str, storage_options: Any | None) -> None:

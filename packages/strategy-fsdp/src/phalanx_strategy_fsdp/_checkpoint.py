@@ -31,6 +31,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.tensor import DTensor
 from torch.optim import Optimizer
 
+from phalanx.checkpoint_io.atomic import prepare_staging, publish_directory, staging_directory
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO, PathLike
 from phalanx.errors import CheckpointError
 from phalanx_strategy_fsdp._state import check_model_matches, full_to_plain, optimizer_fqns, to_fqn_keys, to_index_keys
@@ -43,6 +44,7 @@ __all__ = [
     "load_full_model",
     "load_full_optimizers",
     "holds_shards",
+    "read_from_shards",
     "load_sharded_model",
     "load_sharded_optimizers",
     "read_sharded",
@@ -125,23 +127,25 @@ def save_sharded(
     barrier: Callable[[], None],
     world_size: int,
 ) -> None:
-    """Every rank writes its shards; rank 0 writes ``meta.pt`` last, so its presence marks completion.
+    """Every rank writes its shards into a staging directory; rank 0 adds ``meta.pt`` and publishes it.
 
-    The model and optimizer state are taken from the live objects (not from ``checkpoint``), keyed by
-    parameter name, which is what makes resharding on load possible.
+    The directory appears under ``path`` only once complete (see :mod:`phalanx.checkpoint_io.atomic`),
+    so a rank killed mid-save leaves the previous checkpoint at ``path`` intact and loadable, and
+    stale shards of a larger world cannot linger. The model and optimizer state are taken from the
+    live objects (not from ``checkpoint``), keyed by parameter name, which is what makes resharding
+    on load possible.
     """
+    staging = staging_directory(path)
     if is_global_zero:
-        if os.path.isdir(path):
-            shutil.rmtree(path)  # stale shards of a larger world would otherwise linger
-        elif os.path.exists(path):
-            os.remove(path)
-        os.makedirs(path)
+        prepare_staging(path)
     barrier()
-    dcp.save(_sharded_state(model, optimizers), storage_writer=FileSystemWriter(os.fspath(path)))
+    # dcp.save is collective: rank 0 writes .metadata once every rank has written its shards.
+    dcp.save(_sharded_state(model, optimizers), storage_writer=FileSystemWriter(os.fspath(staging)))
     if is_global_zero:
         meta = {key: value for key, value in checkpoint.items() if key not in (MODEL_KEY, OPTIMIZER_KEY, *_DROPPED)}
         meta["fsdp"] = {"format": FORMAT, "version": 1, "world_size": world_size, "num_optimizers": len(optimizers)}
-        checkpoint_io.save_checkpoint(meta, os.path.join(path, META_FILE))
+        checkpoint_io.save_checkpoint(meta, os.path.join(staging, META_FILE))
+        publish_directory(staging, path)
     barrier()
 
 
@@ -189,6 +193,15 @@ def read_sharded(
     if optimizers:
         meta[OPTIMIZER_KEY] = [state[OPTIMIZER_KEY][str(index)] for index in range(len(optimizers))]
     return meta
+
+
+def read_from_shards(checkpoint: Any) -> bool:
+    """Whether ``checkpoint`` came from :func:`read_sharded` (its ``meta.pt`` names this format).
+
+    Content alone cannot tell: a stateless optimizer (SGD without momentum) has no DTensor in its
+    sharded state, which must still be applied as sharded, not as a full state.
+    """
+    return isinstance(checkpoint, dict) and checkpoint.get("fsdp", {}).get("format") == FORMAT
 
 
 def holds_shards(state: Any) -> bool:

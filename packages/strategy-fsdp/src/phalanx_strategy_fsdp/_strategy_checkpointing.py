@@ -131,7 +131,7 @@ class FSDPCheckpointing:
         _require_key(checkpoint, ckpt.OPTIMIZER_KEY, "optimizer state")
         states = checkpoint[ckpt.OPTIMIZER_KEY]
         module = self.require_module()
-        if ckpt.holds_shards(states):
+        if ckpt.holds_shards(states) or ckpt.read_from_shards(checkpoint):
             ckpt.load_sharded_optimizers(module, self.optimizers, states)
         else:
             ckpt.load_full_optimizers(module, self.optimizers, states, source="checkpoint")
