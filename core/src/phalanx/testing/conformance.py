@@ -14,14 +14,15 @@ owes its users, and so what the kit checks:
 - **registered**: the name is registered, available and described, and names a Strategy.
 - **components**: after the Trainer configures it, accelerator, precision, checkpoint IO (and, for
   a ParallelStrategy, the cluster environment) are set, and ``devices`` gives that world size.
-- **fit**: the final weights and rank 0's losses equal plain PyTorch SGD (with momentum) on the union of the ranks'
-  batches (DistributedSampler order) within ``atol``.
+- **fit**: the final weights and rank 0's losses equal plain PyTorch SGD with momentum on the
+  union of the ranks' batches (DistributedSampler order) within ``atol``.
 - **start methods** (``check_start_methods``): for each of "popen", "spawn" and "fork", a method
   in the class's ``supported_start_methods`` trains to the same weights; any other is refused at
   construction with an error naming it and the supported ones.
-- **resume** (``check_resume``): fit to ``resume_at`` steps, save, resume in a new Trainer from a
-  model with other weights, and get the losses and the weights of the uninterrupted run (within
-  ``resume_atol`` of it; bit-identical by default) and of plain PyTorch (within ``atol``).
+- **resume** (``check_resume``): fit to ``resume_at`` steps (mid-epoch) with a ModelCheckpoint
+  saving in the training processes, resume in a new Trainer from a model with other weights, and
+  get the losses and weights of the uninterrupted run (within ``resume_atol``; bit-identical by
+  default) and of plain PyTorch (within ``atol``). Momentum makes a lost optimizer state show.
 - **evaluation** (``check_evaluation``): after fit, ``validate`` / ``test`` give the losses of the
   fitted weights over the whole sets, and ``predict`` covers every sample with plain PyTorch's
   output, on every rank's shard.
@@ -30,6 +31,9 @@ owes its users, and so what the kit checks:
 - **nothing left behind**, after every run: no process carrying the run's marker environment
   variable or in its session is alive (re-parented grandchildren included; see
   :mod:`phalanx.testing.processes`), and the test process's environment is unchanged.
+
+``strategy_params`` builds the strategy as ``StrategyRegistry.get(strategy, **strategy_params)``
+to check a configuration other than the registered one.
 
 Each run is a fresh Python process started from a generated script (strategies such as ddp
 re-execute the script, so it must not be the pytest process), with a timeout that kills
