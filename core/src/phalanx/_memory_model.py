@@ -30,8 +30,9 @@ def build_on_meta(factory: Callable[[], Any], *, where: str = "the factory") -> 
     try:
         with torch.device("meta"):
             model = factory()
-            if isinstance(model, nn.Module) and callable(getattr(model, "configure_model", None)):
-                model.configure_model()
+            configure = getattr(model, "configure_model", None) if isinstance(model, nn.Module) else None
+            if callable(configure):
+                configure()
     except MisconfigurationError:
         raise
     except Exception as err:
@@ -131,13 +132,14 @@ def summarize_model(
         if input_dtype is None:
             dtype = _default_input_dtype(module)
         else:
-            dtype = getattr(torch, input_dtype, None)
-            if not isinstance(dtype, torch.dtype):
+            found = getattr(torch, input_dtype, None)
+            if not isinstance(found, torch.dtype):
                 msg = (
                     f"input dtype {input_dtype!r} is not a torch dtype; pass e.g. --input-dtype int64 (token ids) "
                     "or float32."
                 )
                 raise MisconfigurationError(msg)
+            dtype = found
         activations, note = _trace_activations(module, tuple(input_shape), dtype)
     return ModelSummary(
         parameters=parameters,

@@ -145,6 +145,11 @@ def advise(report: PlanReport) -> tuple[str, ...]:
         if needed > world:
             nodes = -(-int(needed) // report.devices)
             tips.append(f"more ranks: about {int(needed) + 1} ({nodes} nodes of {report.devices}) for {best.strategy}")
+    if best.estimate.other > report.device_memory // 2:
+        tips.append(
+            f"OTHER ({format_bytes(best.estimate.other)}, gathered units / buckets) dominates: gather per "
+            "block (fsdp auto_wrap_policy)"
+        )
     if not any(row.strategy.endswith("offload") for row in answered):
         tips.append("offload: plan --strategy deepspeed_stage_3_offload or fsdp_cpu_offload (CPU memory)")
     if report.model.activation_bytes:
@@ -159,6 +164,10 @@ _NAME = 28
 _COLUMNS = (("STRATEGY", _NAME), ("PARAMS", 8), ("GRADS", 8), ("OPTIM", 8), ("ACTIV", 8), ("OTHER", 8), ("TOTAL", 8))
 
 
+def _count(numel: int) -> str:
+    return f"{numel / 1e9:.3g}B" if numel >= 10**9 else f"{numel / 1e6:.3g}M"
+
+
 def _cell(value: int | None) -> str:
     return format_bytes(value).replace(" ", "")
 
@@ -168,7 +177,7 @@ def render(report: PlanReport, *, width: int | None = None) -> str:
     width = min(100, width or shutil.get_terminal_size((100, 24)).columns)
     world = report.devices * report.num_nodes
     lines = [
-        f"{report.model.numel / 1e9:.3g}B parameters; {world} ranks ({report.num_nodes} x {report.devices}); "
+        f"{_count(report.model.numel)} parameters; {world} ranks ({report.num_nodes} x {report.devices}); "
         f"{report.precision}; {report.optimizer}"
         + (f"; {format_bytes(report.device_memory)} per device" if report.device_memory else ""),
         "per-rank bytes on the device" + ("" if report.model.activation_bytes else " (no --input-shape: ACTIV -)"),

@@ -24,9 +24,13 @@ from phalanx.errors import MisconfigurationError, closest_match
 if TYPE_CHECKING:
     from torch import nn
 
+    from phalanx._planning import PlanReport, PlanRow
+
 __all__ = [
     "OPTIMIZER_STATE_BYTES",
     "PRECISION_BYTES",
+    "PlanReport",
+    "PlanRow",
     "MemoryEstimate",
     "MemoryRequest",
     "ModelSummary",
@@ -371,3 +375,13 @@ def estimate_memory(request: MemoryRequest) -> MemoryEstimate | None:
         )
         raise MisconfigurationError(msg)
     return answer
+
+
+def __getattr__(name: str) -> Any:
+    """``PlanReport`` and ``PlanRow`` (what ``Trainer.plan`` returns) live with the planner."""
+    if name in ("PlanReport", "PlanRow"):
+        from phalanx import _planning
+
+        return getattr(_planning, name)
+    msg = f"module 'phalanx.memory' has no attribute {name!r}"
+    raise AttributeError(msg)

@@ -76,7 +76,7 @@ def _input_shape(value: str | None) -> tuple[int, ...] | None:
     except ValueError:
         shape = ()
     if not shape or any(size < 1 for size in shape):
-        msg = f"--input-shape {value!r} is not a shape; pass positive sizes, e.g. --input-shape 1,2048 (batch, tokens)."
+        msg = f"--input-shape {value!r} is not a shape. Pass positive sizes, e.g. --input-shape 1,2048 (batch, tokens)."
         raise MisconfigurationError(msg)
     return shape
 

@@ -361,6 +361,39 @@ class Trainer(HookDispatch):
         """The per-rank body of an entry point; what ``strategy.launcher.launch`` runs on each rank."""
         return run_stage(self, fn, model, loaders, ckpt_path, options)
 
+    def plan(
+        self,
+        model: Any,
+        *,
+        input_shape: tuple[int, ...] | None = None,
+        input_dtype: str | None = None,
+        device_memory: int | str | None = None,
+        optimizer: str | None = None,
+    ) -> Any:
+        """Dry run: validate this configuration with ``model`` and estimate per-rank memory, launching nothing.
+
+        Everything ``Trainer(...)`` checks (names, devices, nodes, mesh sizes, plugin availability)
+        has passed already; this adds the model (an ``nn.Module`` with ``training_step`` and
+        ``configure_optimizers``, describable on the meta device) and asks the strategy's plugin
+        what one rank would hold. A model without weights yet (``configure_model``) is sized on a
+        meta-device copy. Returns a :class:`phalanx.memory.PlanReport`; ``print`` it for the table.
+
+        Args:
+            model: The Module ``fit`` would get.
+            input_shape: One micro-batch per rank, e.g. ``(1, 2048)``, to estimate activations.
+            input_dtype: Its dtype name (default ``int64`` after an ``nn.Embedding``, else ``float32``).
+            device_memory: Memory of one device (``"80GiB"`` or bytes), to say whether it fits.
+            optimizer: Optimizer kind; default: read from ``configure_optimizers``.
+
+        Raises:
+            MisconfigurationError: A bad model, optimizer or device memory, naming the fix.
+        """
+        from phalanx.trainer.dry_run import plan_run
+
+        return plan_run(
+            self, model, input_shape=input_shape, input_dtype=input_dtype, device_memory=device_memory, optimizer=optimizer
+        )
+
     def save_checkpoint(
         self, filepath: str | os.PathLike[str], weights_only: bool = False, storage_options: Any = None
     ) -> None:

@@ -1,6 +1,10 @@
-"""Train a few MB model for two steps per strategy on 2 ranks and measure what each rank holds.
+"""Train a model of a few MB for two steps per strategy on 2 ranks and measure what each rank holds.
 
-Usage: python measure_memory.py OUT_DIR WIDTH STRATEGY [STRATEGY ...]
+Usage: python -m phalanx.testing.memory_probe OUT_DIR WIDTH[,WIDTH...] STRATEGY [STRATEGY ...]
+
+Used by the conformance kit's memory check (:mod:`phalanx.testing.memory`) and by phalanx's own
+estimate-vs-measured tests; the model is :class:`MeasuredNet` at the given width (512: about 1.2 MB
+of float32 weights, large against the few hundred bytes of fixed per-run tensors).
 
 The strategies run one after the other in the same processes (the launcher re-runs this script
 once per extra rank, and every rank loops over the same list). After the second optimizer step
@@ -79,7 +83,7 @@ def live_storages() -> dict[int, int]:
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.to_local() if type(tensor).__name__ == "DTensor" else tensor
+    return tensor.to_local() if type(tensor).__name__ == "DTensor" else tensor  # type: ignore[attr-defined]
 
 
 def _pointers(tensors: list[torch.Tensor]) -> set[int]:
@@ -130,11 +134,14 @@ class Measure(Callback):
             self.peak = max(self.peak, self.result["total"])
 
 
+__all__ = ["MeasuredNet", "build", "live_storages", "main"]
+
+
 def main() -> None:
-    out, width, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+    out, widths, names = sys.argv[1], [int(w) for w in sys.argv[2].split(",")], sys.argv[3:]
     g = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(32, 64, generator=g), torch.randn(32, 8, generator=g))
-    for name in names:
+    for width, name in [(width, name) for width in widths for name in names]:
         baseline = set(live_storages())
         model = build(width)
         measure = Measure(baseline)

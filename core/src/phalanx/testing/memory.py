@@ -1,0 +1,94 @@
+"""The conformance kit's memory check: a strategy's estimate against what its ranks really hold.
+
+```python
+from phalanx.testing import StrategyConformance
+from phalanx.testing.memory import MemoryConformance
+
+class TestMyStrategy(StrategyConformance, MemoryConformance):
+    strategy = "my_strategy"
+    devices = 2
+```
+
+For a strategy whose plugin answers ``phalanx_estimate_memory``, one run of
+:mod:`phalanx.testing.memory_probe` trains its model (three linear layers, ``memory_width`` wide,
+AdamW, two steps) on ``devices`` CPU ranks, and each rank counts the bytes of every live tensor
+storage. Per rank, within ``memory_tolerance`` (10 %):
+
+- the parameter bytes at rest equal the estimate's ``parameters``;
+- the estimate's ``total`` is not below the largest total measured during the step (nothing the
+  library holds is forgotten), and its ``parameters + gradients + optimizer_states`` is not above
+  it (the steady parts are not over-counted; ``other`` may be transient buffers).
+
+A strategy that gives no estimate passes (it is shown as "no estimate", never guessed); a
+strategy that keeps its state off the device (offloading) sets ``check_memory = False``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from phalanx.memory import MemoryEstimate, MemoryRequest, build_on_meta, estimate_memory, summarize_model
+from phalanx.testing.processes import Job
+
+__all__ = ["MemoryConformance", "measure", "planned"]
+
+
+def planned(strategy: str, *, width: int, devices: int) -> MemoryEstimate | None:
+    """The installed plugins' estimate for the probe's model under ``strategy`` (float32, AdamW)."""
+    from phalanx.registry import StrategyRegistry
+    from phalanx.testing.memory_probe import build
+
+    entry = StrategyRegistry.entry(strategy)
+    summary = summarize_model(build_on_meta(lambda: build(width)))
+    request = MemoryRequest(strategy, entry.target_path, dict(entry.init_params), summary, devices=devices)
+    return estimate_memory(request)
+
+
+def measure(out: Path, strategies: list[str], widths: list[int], *, timeout: float = 300.0) -> dict[str, list[dict[str, int]]]:
+    """Run the probe once for every (width, strategy); ``"name-width"`` -> one record per rank."""
+    env = {"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
+    command = [sys.executable, "-m", "phalanx.testing.memory_probe", str(out), ",".join(map(str, widths)), *strategies]
+    job = Job(command, out, env=env, name="memory_probe")
+    code = job.wait(timeout)
+    if code != 0:
+        msg = f"the memory probe exited with {code}:\n{job.output()}"
+        raise AssertionError(msg)
+    found: dict[str, list[dict[str, int]]] = {}
+    for path in sorted(out.glob("*-rank*.json")):
+        key = path.name.rsplit("-rank", 1)[0]
+        found.setdefault(key, []).append(json.loads(path.read_text()))
+    return found
+
+
+class MemoryConformance:
+    """Mixin for a conformance class: the strategy's estimate holds to the measured per-rank bytes."""
+
+    strategy: ClassVar[str] = ""
+    devices: ClassVar[int] = 2
+    check_memory: ClassVar[bool] = True
+    memory_width: ClassVar[int] = 512
+    memory_tolerance: ClassVar[float] = 0.10
+    memory_timeout: ClassVar[float] = 300.0
+
+    @pytest.mark.timeout(400)
+    def test_memory_estimate_matches_measured(self, tmp_path: Path) -> None:
+        if not self.check_memory:
+            pytest.skip(f"{type(self).__name__}.check_memory is False")
+        estimate = planned(self.strategy, width=self.memory_width, devices=self.devices)
+        if estimate is None:
+            return  # no estimate: listed as such, never guessed
+        ranks = measure(tmp_path, [self.strategy], [self.memory_width], timeout=self.memory_timeout)
+        records = ranks[f"{self.strategy}-{self.memory_width}"]
+        assert len(records) == self.devices, records
+        tol = self.memory_tolerance
+        steady = estimate.parameters + estimate.gradients + estimate.optimizer_states
+        for rank, got in enumerate(records):
+            where = f"{self.strategy} rank {rank}: estimate {estimate} vs measured {got}"
+            assert abs(estimate.parameters - got["parameters"]) <= tol * got["parameters"], where
+            assert estimate.total >= (1 - tol) * got["peak"], f"estimate total below the measured peak; {where}"
+            assert steady <= (1 + tol) * got["peak"], f"steady parts above the measured peak; {where}"

@@ -1,0 +1,130 @@
+"""``phalanx plan`` and ``Trainer.plan``: tables, JSON, the dry run, and one error per bad input.
+
+Runs in-process through ``phalanx.cli.main`` (the command's own entry point) on the example
+factories; every model is built on the meta device, so even the 1.3B configuration costs well
+under a second of planning after the imports.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from torch import nn
+
+import phalanx
+from phalanx.cli import main
+from phalanx.errors import MisconfigurationError
+from phalanx.memory import MemoryEstimate, parse_bytes
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "plan_models.py"
+
+
+def plan(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["plan", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_table_fits_100_columns_and_every_strategy_has_a_row(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = plan(capsys, f"{EXAMPLES}:build_1_3b", "--devices", "8", "--all", "--device-memory", "24GiB")
+    assert code == 0
+    assert max(len(line) for line in out.splitlines()) <= 100
+    assert "1.32B parameters" in out
+    for name in ("single_device", "ddp", "fsdp", "deepspeed_stage_3_offload", "model_parallel"):
+        assert any(line.startswith(name + " ") for line in out.splitlines()), (name, out)
+
+
+def test_json_matches_the_estimates_and_single_device_is_the_plain_arithmetic(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = plan(capsys, f"{EXAMPLES}:build_small", "--strategy", "single_device", "--strategy", "fsdp",
+                        "--devices", "4", "--json", "--input-shape", "2,128")
+    assert code == 0
+    report = json.loads(out)
+    numel = report["model"]["parameters"]
+    rows = {row["strategy"]: row["estimate"] for row in report["strategies"]}
+    assert rows["single_device"]["parameters"] == rows["single_device"]["gradients"] == 4 * numel
+    assert rows["single_device"]["optimizer_states"] == 8 * numel
+    assert rows["single_device"]["activations"] > 0
+    assert abs(rows["fsdp"]["parameters"] - numel) <= 0.01 * numel  # a quarter of 4 bytes each
+    assert rows["fsdp"]["total"] == sum(rows["fsdp"][k] for k in ("parameters", "gradients", "optimizer_states", "activations", "other"))
+
+
+def test_70b_plans_in_seconds_without_memory(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = plan(capsys, f"{EXAMPLES}:build_70b", "--devices", "8", "--strategy", "fsdp", "--device-memory", "80GiB")
+    assert code == 0 and "NO" in out and "nothing fits" in out and "auto_wrap_policy" in out
+
+
+def test_strategy_without_an_answer_is_no_estimate(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = plan(capsys, f"{EXAMPLES}:build_small", "--all")
+    assert code == 0
+    assert "no estimate" in out or all("no estimate" not in line for line in out.splitlines())
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["nosuchmodule_xyz:build"], "cannot import 'nosuchmodule_xyz'"),
+        ([f"{EXAMPLES}:build_tiny"], "no callable 'build_tiny'"),
+        ([f"{EXAMPLES}"], "names no factory"),
+        ([f"{EXAMPLES}:Config"], "not a torch.nn.Module"),
+        ([f"{EXAMPLES}:build_small", "--strategy", "fsdq"], "unknown strategy 'fsdq'; closest match: 'fsdp'"),
+        ([f"{EXAMPLES}:build_small", "--device-memory", "lots"], "device memory 'lots' is not a size"),
+        ([f"{EXAMPLES}:build_small", "--optimizer", "adamx"], "optimizer 'adamx'"),
+        ([f"{EXAMPLES}:build_small", "--input-shape", "a,b"], "--input-shape 'a,b'"),
+    ],
+)
+def test_bad_input_is_one_error_with_exit_2(capsys: pytest.CaptureFixture[str], args: list[str], needle: str) -> None:
+    code, out, err = plan(capsys, *args)
+    assert code == 2 and out == ""
+    assert err.count("error:") == 1 and needle in err, err
+    assert "Pass" in err or "Fix" in err or "Choose" in err
+
+
+def test_model_that_cannot_be_built_on_meta_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    factory = tmp_path / "bad.py"
+    factory.write_text("import torch\ndef build():\n    w = torch.ones(3)\n    return torch.nn.Linear(int(w.sum().item()), 2)\n")
+    code, _, err = plan(capsys, f"{factory}:build")
+    assert code == 2 and "cannot be built on the meta device" in err and "Fix:" in err and ".item()" in err
+
+
+def test_parse_bytes() -> None:
+    assert parse_bytes("80GiB") == 80 * 2**30 and parse_bytes("24 GB") == 24 * 10**9 and parse_bytes(512) == 512
+    with pytest.raises(MisconfigurationError, match="'80Gb/s'"):
+        parse_bytes("80Gb/s")
+
+
+class Small(phalanx.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer: nn.Module | None = None
+
+    def configure_model(self) -> None:
+        if self.layer is None:
+            self.layer = nn.Linear(1000, 1000)
+
+    def training_step(self, batch: object, batch_idx: int) -> None:
+        return None
+
+    def configure_optimizers(self) -> object:
+        import torch
+
+        return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+
+
+def test_trainer_dry_run_sizes_configure_model_layers_on_meta_and_reads_the_optimizer() -> None:
+    trainer = phalanx.Trainer(accelerator="cpu", strategy="single_device", devices=1, logger=False)
+    model = Small()
+    report = trainer.plan(model, device_memory="1MiB")
+    assert model.layer is None  # the user's model is untouched; a meta copy was sized
+    assert report.optimizer == "sgd_momentum"
+    row = report.row("single_device")
+    assert isinstance(row.estimate, MemoryEstimate) and row.fits is False
+    assert row.estimate.parameters == 4 * 1_001_000 and row.estimate.optimizer_states == 4 * 1_001_000
+    assert "single_device" in str(report)
+
+
+def test_trainer_dry_run_refuses_a_non_module() -> None:
+    trainer = phalanx.Trainer(accelerator="cpu", strategy="single_device", devices=1, logger=False)
+    with pytest.raises(MisconfigurationError, match="needs a torch.nn.Module"):
+        trainer.plan(object())
