@@ -101,6 +101,15 @@ class Module(ModuleHooks, nn.Module):
         return torch.float32
 
     @property
+    def device_mesh(self) -> Any:
+        """The strategy's ``DeviceMesh`` (model parallel, FSDP), for ``configure_model``; None otherwise.
+
+        Model-parallel strategies build the mesh before ``configure_model`` runs, so tensor-parallel
+        plans and ``fully_shard`` calls there can name its dimensions (``self.device_mesh["tensor_parallel"]``).
+        """
+        return self._trainer.strategy.device_mesh if self._trainer is not None else None
+
+    @property
     def global_rank(self) -> int:
         """Rank of this process among all processes (0 without a Trainer)."""
         return self._trainer.global_rank if self._trainer is not None else 0

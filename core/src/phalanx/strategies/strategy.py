@@ -150,6 +150,11 @@ class Strategy(StrategySteps, StrategyCollectives, StrategyCheckpointing, Strate
         return 0
 
     @property
+    def device_mesh(self) -> Any:
+        """The ``DeviceMesh`` the strategy lays ranks out on, or None (the Module sees it as ``self.device_mesh``)."""
+        return None
+
+    @property
     def distributed_sampler_kwargs(self) -> dict[str, int] | None:
         """``num_replicas`` and ``rank`` of this process's data shard, or None to read all data.
 
