@@ -85,7 +85,11 @@ def check(root: Path = ROOT) -> list[str]:
         for line, name in _imports(tree, top_level_only=False):
             if name.startswith("phalanx_") or name in CORE_FORBIDDEN:
                 problems.append(f"{path.relative_to(root)}:{line}: core imports plugin-side module {name!r}")
-    plugin_files = [*sorted((root / "packages").glob("*/src/*/_plugin.py")), *(root / "core" / "src").rglob("_plugin.py")]
+    plugin_files = [
+        *sorted((root / "packages").glob("*/src/*/_plugin.py")),
+        *sorted((root / "examples").glob("*/src/*/_plugin.py")),
+        *(root / "core" / "src").rglob("_plugin.py"),
+    ]
     for path in plugin_files:
         for line, name in _imports(_parse(path), top_level_only=True):
             if name in HEAVY:

@@ -223,7 +223,10 @@ def load_sharded_model(model: nn.Module, state_dict: dict[str, Any], *, strict: 
 def load_sharded_optimizers(model: nn.Module, optimizers: list[Optimizer], states: list[dict[str, Any]]) -> None:
     """Apply sharded optimizer states from :func:`read_sharded` (collective)."""
     for optimizer, state in zip(optimizers, states):
-        set_optimizer_state_dict(model, optimizer, state)
+        if not state.get("state"):
+            load_hyperparameters(optimizer, state)
+        else:
+            set_optimizer_state_dict(model, optimizer, state)
 
 
 def save_full(
@@ -281,5 +284,26 @@ def load_full_optimizers(
         )
         raise CheckpointError(msg)
     for optimizer, state in zip(optimizers, states):
+        if not state.get("state"):
+            load_hyperparameters(optimizer, state)
+            continue
         named = to_fqn_keys(state, optimizer_fqns(model, optimizer))
         set_optimizer_state_dict(model, optimizer, named, options=StateDictOptions(full_state_dict=True))
+
+
+def load_hyperparameters(optimizer: Optimizer, state: dict[str, Any]) -> None:
+    """Restore only the param groups' settings (lr, momentum, ...) of a state with no per-parameter entries.
+
+    An optimizer that keeps no per-parameter state (plain SGD) saves an empty ``"state"``; torch's
+    ``set_optimizer_state_dict`` cannot place such a state on a device and raises, although there is
+    nothing to place. The groups are matched by position, as ``Optimizer.load_state_dict`` does.
+    """
+    saved = state.get("param_groups", [])
+    if len(saved) != len(optimizer.param_groups):
+        msg = (
+            f"The checkpoint's optimizer has {len(saved)} parameter group(s) but configure_optimizers created "
+            f"{len(optimizer.param_groups)}. Fix: resume with the optimizer the checkpoint was trained with."
+        )
+        raise CheckpointError(msg)
+    for group, saved_group in zip(optimizer.param_groups, saved):
+        group.update({key: value for key, value in saved_group.items() if key != "params"})
