@@ -78,6 +78,8 @@ def integration(session: nox.Session) -> None:
         _install_package(session, name)
     session.install("./tests/plugins/phalanx-testplugin", "./examples/vendor-strategy")
     _pytest(session, "tests", "examples/vendor-strategy/tests")
+    # every benchmark script for a few steps, so they cannot rot (no target is enforced here)
+    session.run("python", "benchmarks/run_all.py", "--quick", env={"DS_ACCELERATOR": "cpu"})
 
 
 @nox.session
@@ -126,14 +128,16 @@ def demo(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Side-by-side benchmarks against raw PyTorch (not part of the default run; minutes each).
+    """Side-by-side benchmarks against raw PyTorch and Lightning (not in the default run; minutes).
 
-    `nox -s bench` runs all; `nox -s bench -- bench_ddp.py` runs the named scripts only.
+    `nox -s bench` runs all, prints every target row and writes docs/img/bench_*.json and .png;
+    `nox -s bench -- bench_ddp.py` runs the named scripts only; `nox -s bench -- --quick` runs each
+    for a few steps. Lightning is installed here for its comparison rows only; phalanx never
+    depends on it.
     """
     _install_torch(session)
-    session.install("./core", "psutil")
-    for name in ("strategy-ddp", "strategy-fsdp", "strategy-deepspeed"):
+    session.install("./core", "psutil", "matplotlib", "pytorch-lightning>=2.6,<2.7", TORCH)
+    for name in PACKAGES:  # every plugin: `phalanx strategies` is timed with all of them installed
         _install_package(session, name)
-    scripts = session.posargs or sorted(p.name for p in (ROOT / "benchmarks").glob("bench_*.py"))
-    for script in scripts:
-        session.run("python", f"benchmarks/{script}")
+    session.install("./tests/plugins/phalanx-testplugin")
+    session.run("python", "benchmarks/run_all.py", *session.posargs, env={"DS_ACCELERATOR": "cpu"})

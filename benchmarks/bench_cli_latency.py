@@ -26,7 +26,10 @@ def _median_seconds(command: list[str], repeat: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--quick", action="store_true", help="one run per command: proves the script runs")
     args = parser.parse_args()
+    if args.quick:
+        args.repeat = 1
     py = sys.executable
     rows = {
         "python -c pass": [py, "-c", "pass"],

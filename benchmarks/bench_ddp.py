@@ -1,6 +1,6 @@
 """DDP on phalanx vs a hand-written torchrun DDP loop: step time and launch-to-first-step.
 
-Run:  python benchmarks/bench_ddp.py [--steps 60 --width 512 --devices 2 --repeat 3]
+Run:  python benchmarks/bench_ddp.py [--steps 60 --width 512 --devices 2 --repeat 5] [--quick]
 
 Everything trains the same MLP on the same data with 2 CPU processes (gloo, OMP_NUM_THREADS=1).
 
@@ -9,7 +9,7 @@ Everything trains the same MLP on the same data with 2 CPU processes (gloo, OMP_
    (which reuses the loop's process group). Alternating in the same processes makes load from
    other programs hit both alike. Reported: median wall-clock and CPU step times and the fastest
    step's CPU time (the least disturbed measurement on a shared machine), with their ratios
-   (target, issue #4: <= 1.02).
+   (target <= 1.02).
 2. Launch-to-first-step: from starting the command to the *slowest* rank's first training step
    (process creation, imports, rendezvous, wrapping), for ``torchrun`` + the plain loop and for a
    plain ``python script.py`` with ``ddp``, ``ddp_spawn`` and ``ddp_fork``; median of
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from _bench import Row, finish, spread
 
 import phalanx
 
@@ -186,35 +187,50 @@ def _launch_seconds(case: str, args: argparse.Namespace) -> float:
     return max(firsts) - started
 
 
-def main() -> None:
+def main() -> int:
+    """Workers run their role; the harness prints the tables and the target rows (1 on a miss)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60, help="steps per block in the step-time part")
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--devices", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=3, help="blocks / launches per case (medians are reported)")
+    parser.add_argument("--repeat", type=int, default=5, help="blocks / launches per case (medians are reported)")
     parser.add_argument("--cases", nargs="+", default=list(_CASES), choices=_CASES)
     parser.add_argument("--parts", nargs="+", default=["steps", "launch"], choices=("steps", "launch"))
+    parser.add_argument("--quick", action="store_true", help="a few steps of the step-time part: proves it runs")
     parser.add_argument("--role", choices=("plain", "phalanx", "interleaved"), help=argparse.SUPPRESS)
     parser.add_argument("--strategy", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role == "plain":
         run_plain(args.out, args.width, args.steps)
-        return
+        return 0
     if args.role == "phalanx":
         run_phalanx(args.out, args.width, args.steps, args.strategy, args.devices)
-        return
+        return 0
     if args.role == "interleaved":
         run_interleaved(args.out, args.width, args.steps, args.repeat, args.devices)
-        return
+        return 0
+    if args.quick:
+        args.steps, args.repeat, args.width, args.parts = _WARMUP + 4, 1, 64, ["steps"]
     print(f"{args.devices} CPU processes, gloo, OMP_NUM_THREADS=1, MLP width {args.width}, batch 64")
+    rows: list[Row] = []
+    data: dict[str, Any] = {"devices": args.devices, "width": args.width}
     if "steps" in args.parts:
-        _report_steps(args)
+        ratios = _report_steps(args)
+        data["step_ratio_per_block"] = ratios
+        r = spread(ratios)
+        rows.append(Row(f"{args.devices}-rank ddp MLP step-time ratio phalanx / plain DDP (wall)", r.median, 1.02, "x",
+                        low=r.low, high=r.high))
     if "launch" in args.parts:
-        _report_launches(args)
+        launches = _report_launches(args)
+        data["launch_seconds"] = launches
+        if "torchrun" in launches and "ddp" in launches:
+            ratio = statistics.median(launches["ddp"]) / statistics.median(launches["torchrun"])
+            rows.append(Row("launch-to-first-step, ddp / torchrun (same script)", ratio, 1.0, "x"))
+    return finish("ddp", rows, data, quick=args.quick)
 
 
-def _report_steps(args: argparse.Namespace) -> None:
+def _report_steps(args: argparse.Namespace) -> list[float]:
     with tempfile.TemporaryDirectory() as out:
         launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.devices}"]
         common = ["--width", str(args.width), "--steps", str(args.steps), "--repeat", str(args.repeat)]
@@ -240,11 +256,13 @@ def _report_steps(args: argparse.Namespace) -> None:
     ):
         plain, ours = _step_ms(blocks["plain"], clock, stat), _step_ms(blocks["phalanx"], clock, stat)
         print(f"  {name}  plain DDP loop {plain:7.2f} ms   phalanx ddp {ours:7.2f} ms   ratio {ours / plain:.3f}x")
-    pairs = [f"{_step_ms([o]) / _step_ms([p]):.2f}" for p, o in zip(blocks["plain"], blocks["phalanx"])]
-    print(f"  median wall-clock ratio per block pair (their spread is the noise of the machine): {', '.join(pairs)}")
+    pairs = [_step_ms([o]) / _step_ms([p]) for p, o in zip(blocks["plain"], blocks["phalanx"])]
+    shown = ", ".join(f"{r:.2f}" for r in pairs)
+    print(f"  median wall-clock ratio per block pair (their spread is the noise of the machine): {shown}")
+    return pairs
 
 
-def _report_launches(args: argparse.Namespace) -> None:
+def _report_launches(args: argparse.Namespace) -> dict[str, list[float]]:
     launches: dict[str, list[float]] = {case: [] for case in args.cases}
     for _ in range(args.repeat):  # interleaved, so machine load hits every case alike
         for case in args.cases:
@@ -255,7 +273,8 @@ def _report_launches(args: argparse.Namespace) -> None:
     for case, seconds in medians.items():
         ratio = f"{seconds / base:.2f}x torchrun" if base else ""
         print(f"  {case:<10} {seconds:8.2f} s   {ratio}")
+    return launches
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

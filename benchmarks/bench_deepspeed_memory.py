@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from _bench import Row, finish
 from torch import nn
 
 from phalanx import Module, Trainer
@@ -176,7 +177,9 @@ def run_ddp(args: argparse.Namespace, rank: int) -> Probe:
             time.sleep(0.05)
 
 
-def main() -> None:
+def main() -> int:
+    """Run ZeRO-3 then DDP in the same ranks; rank 0 prints and records the target row."""
+    status = 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--width", type=int, default=2048)
@@ -184,7 +187,10 @@ def main() -> None:
     parser.add_argument("--precision", default="bf16-mixed", choices=["bf16-mixed", "32-true"], help="for both runs")
     parser.add_argument("--json", help="also write the results of rank 0 to this file")
     parser.add_argument("--breakdown", action="store_true", help="print the largest tensors at each peak")
+    parser.add_argument("--quick", action="store_true", help="a 2-layer model: proves the script runs, measures nothing")
     args = parser.parse_args()
+    if args.quick:
+        args.layers, args.width, args.steps = 2, 64, 1
     if "BENCH_REF_PORT" not in os.environ:  # the first process picks one port for every rank
         from phalanx.environments.local import find_free_port
 
@@ -199,14 +205,38 @@ def main() -> None:
         print(f"{'torch DDP':22}{ddp:>14.1f}")
         print(f"{'phalanx ZeRO-3':22}{zero3:>14.1f}")
         print(f"ratio ZeRO-3 / DDP: {ratio:.3f} (target <= 0.55)")
+        floor = zero3_floor(params, args.width * args.width + args.width, args.precision)
+        print(f"DeepSpeed's own accounting for this model and precision: ZeRO-3 / DDP >= {floor:.3f} (see module doc)")
         if args.breakdown:
             print(f"largest at DDP's peak:    {ddp_probe.describe()}")
             print(f"largest at ZeRO-3's peak: {zero3_probe.describe()}")
         if args.json:
             with open(args.json, "w", encoding="utf-8") as handle:
                 json.dump({"params": params, "ddp_mib": ddp, "zero3_mib": zero3, "ratio": ratio}, handle)
+        label = f"ZeRO-3 / ddp peak per-rank model states, {params / 1e6:.1f}M params, {args.precision}, 2 ranks"
+        rows = [Row(label, ratio, 0.55, "x", note=f"DeepSpeed's floor {floor:.3f}")]
+        data = {"params": params, "precision": args.precision, "ranks": 2, "ddp_mib": ddp, "zero3_mib": zero3,
+                "floor_ratio": floor, "bytes_per_param_expected": {"ddp": 16.0, "zero3": _ZERO3_BYTES[args.precision] / 2}}
+        status = finish(f"deepspeed_memory_{args.precision.replace('-', '_')}", rows, data, quick=args.quick)
     sys.stdout.flush()
+    return status if rank == 0 else 0
+
+
+#: Bytes per parameter of ZeRO-3's model states summed over ranks, as DeepSpeed counts them
+#: (``estimate_zero3_model_states_mem_needs``: 18 = 2 for the 16-bit weights + 16 for the fp32
+#: master weights, fp32 gradients and Adam's two fp32 moments). In 32-true the weights are the
+#: fp32 master copy (DeepSpeed >= 0.16 skips the second copy when dtypes match): 4 + 4 + 8 = 16.
+_ZERO3_BYTES = {"bf16-mixed": 18.0, "32-true": 16.0}
+
+
+def zero3_floor(params: int, largest_layer: int, precision: str, ranks: int = 2) -> float:
+    """ZeRO-3 / DDP per-rank model-state bytes by DeepSpeed's formula, DDP at 16 B/param (fp32 + Adam).
+
+    DeepSpeed's estimator (no offload) puts a rank at ``4 * largest_layer + 18 * params / ranks``
+    bytes; the gathered layer is the ``4 * largest_layer`` term.
+    """
+    return (4 * largest_layer + _ZERO3_BYTES[precision] * params / ranks) / (16 * params)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

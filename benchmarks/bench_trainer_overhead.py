@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import sys
 import time
 import warnings
@@ -46,7 +47,7 @@ Stamps = list[tuple[float, float]]
 
 def _net(widths: tuple[int, ...]) -> nn.Sequential:
     layers: list[nn.Module] = []
-    for a, b in zip(widths, widths[1:]):
+    for a, b in itertools.pairwise(widths):
         layers += [nn.Linear(a, b), nn.ReLU()]
     return nn.Sequential(*layers[:-1])
 
@@ -54,7 +55,9 @@ def _net(widths: tuple[int, ...]) -> nn.Sequential:
 def _loader(widths: tuple[int, ...], batch: int, steps: int) -> DataLoader:
     g = torch.Generator().manual_seed(0)
     n = batch * steps
-    return DataLoader(TensorDataset(torch.randn(n, widths[0], generator=g), torch.randn(n, widths[-1], generator=g)), batch_size=batch)
+    return DataLoader(
+        TensorDataset(torch.randn(n, widths[0], generator=g), torch.randn(n, widths[-1], generator=g)), batch_size=batch
+    )
 
 
 def _stamp(stamps: Stamps) -> None:
@@ -183,7 +186,7 @@ def main() -> int:
         loops["lightning"] = run_lightning
     steps = {"tiny": args.steps, "mlp": max(args.steps // 10, 20)}
     results: dict[str, dict[str, list[tuple[float, float]]]] = {m: {v: [] for v in loops} for m in MODELS}
-    for model, (widths, batch) in MODELS.items():  # warm-up: lazy imports, allocator, kernels
+    for widths, batch in MODELS.values():  # warm-up: lazy imports, allocator, kernels
         for loop in loops.values():
             loop(widths, _loader(widths, batch, 20), [])
     names = list(loops)
@@ -196,7 +199,9 @@ def main() -> int:
                 gc.collect()
                 loops[name](widths, data, stamps)
                 results[model][name].append(per_step(stamps, warmup=max(steps[model] // 20, 2)))
-    counts = {name: calls_per_step(loop, *MODELS["tiny"], steps=50 if args.quick else 200) for name, loop in loops.items()}
+    counts = {
+        name: calls_per_step(loop, *MODELS["tiny"], steps=50 if args.quick else 200) for name, loop in loops.items()
+    }
     return report(args, results, counts)
 
 
@@ -226,13 +231,33 @@ def report(args: argparse.Namespace, results: dict[str, Any], counts: dict[str, 
     data["overhead_us"] = {n: {k: vars(v) for k, v in o.items()} for n, o in overhead.items()}
     ours = overhead["phalanx"]
     cpu = ours["cpu"]
-    rows.append(Row("tiny model per-step overhead, phalanx - plain (CPU time)", cpu.median, 20.0, "us", low=cpu.low, high=cpu.high, note=f"wall {ours['wall'].median:.1f} us"))
+    rows.append(
+        Row(
+            "tiny model per-step overhead, phalanx - plain (CPU time)",
+            cpu.median,
+            20.0,
+            "us",
+            low=cpu.low,
+            high=cpu.high,
+            note=f"wall {ours['wall'].median:.1f} us",
+        )
+    )
     ratio = ours["mlp_ratio"]
-    rows.append(Row("MLP step-time ratio phalanx / plain (wall)", ratio.median, 1.02, "x", low=ratio.low, high=ratio.high))
+    rows.append(
+        Row("MLP step-time ratio phalanx / plain (wall)", ratio.median, 1.02, "x", low=ratio.low, high=ratio.high)
+    )
     if "lightning" in overhead:
         lit = overhead["lightning"]["cpu"].median
         share = cpu.median / lit if lit > 0 else float("inf")
-        rows.append(Row("tiny model overhead phalanx / Lightning (CPU time)", share, 0.1, "x", note=f"Lightning +{lit:.0f} us/step"))
+        rows.append(
+            Row(
+                "tiny model overhead phalanx / Lightning (CPU time)",
+                share,
+                0.1,
+                "x",
+                note=f"Lightning +{lit:.0f} us/step",
+            )
+        )
     return finish("trainer_overhead", rows, data, quick=args.quick)
 
 

@@ -1,0 +1,148 @@
+"""Draw docs/img/bench_*.png from the docs/img/bench_*.json results the benchmark scripts wrote.
+
+    python benchmarks/plot_results.py
+
+Kept apart from the measuring scripts so a plot can be redrawn without re-measuring, and so the
+scripts do not need matplotlib (``nox -s bench`` installs it). A result file that is missing is
+skipped with a note: the plots show what was measured, nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from _bench import RESULTS
+
+__all__ = ["main"]
+
+
+def _load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"bench_{name}.json"
+    if not path.exists():
+        print(f"skipped: {path.name} not found (run the benchmark that writes it)")
+        return None
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
+def _stamp(fig: Any, result: dict[str, Any]) -> None:
+    m = result["machine"]
+    fig.text(0.01, 0.01, f"{m['date']}, {m['cpu']}, {m['cores']} cores, load {m['load_avg_1_5_15']}", fontsize=7)
+
+
+def plot_overhead(plt: Any) -> None:
+    """Per-step time of the tiny model and the MLP ratio: plain vs phalanx vs Lightning."""
+    result = _load("trainer_overhead")
+    if result is None:
+        return
+    runs, calls = result["data"]["runs"], result["data"]["calls_per_step_tiny"]
+    names = list(runs["tiny"])
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
+    for ax, clock, label in ((axes[0], 1, "CPU"), (axes[1], 0, "wall")):
+        values = [sorted(r[clock] * 1e6 for r in runs["tiny"][n]) for n in names]
+        medians = [v[len(v) // 2] for v in values]
+        errors = [[m - v[0] for m, v in zip(medians, values)], [v[-1] - m for m, v in zip(medians, values)]]
+        bars = ax.bar(names, medians, yerr=errors, capsize=4, color=["#888", "#2a7", "#c55"][: len(names)])
+        for bar, name in zip(bars, names):
+            ax.annotate(
+                f"{calls[name]:.0f} calls",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                xytext=(0, 6),
+                textcoords="offset points",
+            )
+        ax.set_ylabel(f"us per step ({label} time)")
+        ax.set_title(f"tiny model (32-32-4, batch 8), {label}")
+    ratios = [sorted(o[0] / p[0] for o, p in zip(runs["mlp"][n], runs["mlp"]["plain"])) for n in names]
+    axes[2].bar(names, [r[len(r) // 2] for r in ratios], color=["#888", "#2a7", "#c55"][: len(names)])
+    axes[2].axhline(1.02, ls="--", color="k", lw=0.8, label="target 1.02")
+    axes[2].set_ylim(0.8, max(1.4, max(max(r) for r in ratios) + 0.05))
+    axes[2].set_title("MLP 256-1024-1024-10: step time / plain (wall)")
+    axes[2].legend(fontsize=8)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    _stamp(fig, result)
+    fig.savefig(RESULTS / "bench_overhead.png", dpi=110)
+    print("wrote bench_overhead.png")
+
+
+def plot_memory(plt: Any) -> None:
+    """Per-rank model-state memory of each strategy next to its analytic bytes-per-parameter expectation."""
+    bars: list[tuple[str, float, float]] = []  # label, measured MiB, expected MiB
+    stamp = None
+    fsdp = _load("fsdp_memory")
+    if fsdp is not None:
+        d, stamp = fsdp["data"], fsdp
+        for variant, label in (("ddp", "ddp"), ("fsdp_raw", "fsdp2 raw"), ("phalanx", "phalanx fsdp")):
+            bars.append(
+                (
+                    label,
+                    d["peak_growth_bytes"][variant] / 2**20,
+                    d["bytes_per_param_expected"][variant] * d["params"] / 2**20,
+                )
+            )
+    for precision in ("32_true", "bf16_mixed"):
+        ds = _load(f"deepspeed_memory_{precision}")
+        if ds is not None:
+            d, stamp = ds["data"], stamp or ds
+            expected = d["bytes_per_param_expected"]
+            bars.append((f"ddp ({d['precision']})", d["ddp_mib"], expected["ddp"] * d["params"] / 2**20))
+            bars.append((f"ZeRO-3 ({d['precision']})", d["zero3_mib"], expected["zero3"] * d["params"] / 2**20))
+    if not bars or stamp is None:
+        return
+    fig, ax = plt.subplots(figsize=(10, 4))
+    xs = range(len(bars))
+    ax.bar([x - 0.2 for x in xs], [b[1] for b in bars], width=0.4, label="measured peak per rank", color="#2a7")
+    ax.bar(
+        [x + 0.2 for x in xs],
+        [b[2] for b in bars],
+        width=0.4,
+        label="analytic: bytes/param x params / ranks",
+        color="#bbb",
+    )
+    ax.set_xticks(list(xs), [b[0] for b in bars], fontsize=8)
+    ax.set_ylabel("MiB per rank (params + grads + Adam)")
+    ax.set_title("per-rank model-state memory, 2 ranks, ~50M parameters")
+    ax.legend(fontsize=8)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    _stamp(fig, stamp)
+    fig.savefig(RESULTS / "bench_memory.png", dpi=110)
+    print("wrote bench_memory.png")
+
+
+def plot_launch(plt: Any) -> None:
+    """Launch-to-first-step per start method, torchrun as the reference."""
+    result = _load("ddp")
+    if result is None or "launch_seconds" not in result["data"]:
+        return
+    launches = result["data"]["launch_seconds"]
+    names = list(launches)
+    values = [sorted(v) for v in launches.values()]
+    medians = [v[len(v) // 2] for v in values]
+    errors = [[m - v[0] for m, v in zip(medians, values)], [v[-1] - m for m, v in zip(medians, values)]]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.bar(names, medians, yerr=errors, capsize=4, color=["#888"] + ["#2a7"] * (len(names) - 1))
+    ax.set_ylabel("seconds, command start -> slowest rank's first step")
+    ax.set_title(f"launch to first step, {result['data']['devices']} ranks")
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    _stamp(fig, result)
+    fig.savefig(RESULTS / "bench_launch.png", dpi=110)
+    print("wrote bench_launch.png")
+
+
+def main() -> int:
+    """Draw every plot whose results exist."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for plot in (plot_overhead, plot_memory, plot_launch):
+        plot(plt)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
