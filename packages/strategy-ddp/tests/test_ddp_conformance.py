@@ -1,7 +1,8 @@
 """The core's conformance kit, run against this plugin as any vendor would run it.
 
-``ddp_fork`` keeps it cheap (one torch import per run); the launch paths of ``ddp`` and
-``ddp_spawn`` are covered by test_ddp_parity.py and test_ddp_failures.py.
+The kit runs every start method DDPStrategy accepts (popen, spawn, fork), save -> resume,
+evaluation after fit and a failing rank; the memory check compares the plugin's
+``phalanx_estimate_memory`` answer with what each rank really holds.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from __future__ import annotations
 import pytest
 
 from phalanx.testing import StrategyConformance
+from phalanx.testing.memory import MemoryConformance
 
 
 @pytest.mark.timeout(StrategyConformance.timeout + 60)  # the kit's own run timeout fires first
-class TestDDPForkConformance(StrategyConformance):
+class TestDDPForkConformance(StrategyConformance, MemoryConformance):
     strategy = "ddp_fork"
+    memory_strategy = "ddp"  # measured in the ranks' own processes
     devices = 2

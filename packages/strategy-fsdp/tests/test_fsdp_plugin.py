@@ -9,6 +9,7 @@ import pytest
 
 from phalanx.registry import StrategyRegistry
 from phalanx.testing import StrategyConformance
+from phalanx.testing.memory import MemoryConformance
 
 NAMES = ("fsdp", "fsdp_cpu_offload", "fsdp_no_reshard", "fsdp_shard_grad_op", "fsdp_full_state_dict", "hsdp")
 
@@ -51,8 +52,9 @@ def test_plugin_module_imports_no_torch() -> None:
 
 
 @pytest.mark.timeout(StrategyConformance.timeout + 60)  # the kit's own run timeout fires first
-class TestFSDPConformance(StrategyConformance):
-    """The core's vendor kit: registration, components, fit vs plain PyTorch, failing rank."""
+class TestFSDPConformance(StrategyConformance, MemoryConformance):
+    """The core's vendor kit: registration, components, fit vs plain PyTorch, resume, evaluation,
+    failing rank, and the plugin's memory estimate against what each rank holds."""
 
     strategy = "fsdp"
     devices = 2
