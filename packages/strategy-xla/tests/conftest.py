@@ -15,8 +15,8 @@ from pathlib import Path
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 sys.path.insert(0, str(Path(__file__).parent))
 
-from xla_required import pytest_make_collect_report, pytest_runtest_makereport  # noqa: E402
+from xla_required import pytest_make_collect_report, pytest_runtest_makereport
 
-from phalanx.testing.leaks import nothing_left_behind  # noqa: E402
+from phalanx.testing.leaks import nothing_left_behind
 
 __all__ = ["nothing_left_behind", "pytest_make_collect_report", "pytest_runtest_makereport"]

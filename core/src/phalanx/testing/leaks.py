@@ -82,7 +82,7 @@ def _carries(pid: int, needle: bytes) -> bool:
 
 
 def _socket_inodes(pid: int) -> set[int]:
-    found = set()
+    found: set[int] = set()
     try:
         entries = os.listdir(f"/proc/{pid}/fd")
     except OSError:
