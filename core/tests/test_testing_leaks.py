@@ -91,16 +91,18 @@ def test_a_child_that_cleared_its_environment_is_found_by_its_process_group() ->
 
 def test_a_listening_socket_and_changed_variables_are_reported_and_the_variables_restored() -> None:
     os.environ["PHALANX_LEAK_TEST_KEPT"] = "before"
-    server = socket.socket()
+    server = None
     try:
         with _checked() as (_, problems):
+            server = socket.socket()
             server.bind(("127.0.0.1", 0))
             server.listen()
             port = server.getsockname()[1]
             os.environ["PHALANX_LEAK_TEST_KEPT"] = "changed"
             os.environ["PHALANX_LEAK_TEST_ADDED"] = "1"
     finally:
-        server.close()
+        if server is not None:
+            server.close()
         restored = os.environ.pop("PHALANX_LEAK_TEST_KEPT", None)
     assert f"TCP ports left listening: [{port}]" in problems
     assert "environment variables changed (now restored): ['PHALANX_LEAK_TEST_ADDED', 'PHALANX_LEAK_TEST_KEPT']" in problems

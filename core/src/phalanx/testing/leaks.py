@@ -48,11 +48,11 @@ _LISTEN = "0A"
 
 @dataclass
 class Snapshot:
-    """What existed before a test: the marker it got, pids, listening sockets, the environment."""
+    """What existed before a test: the marker it got, pids, the test process's sockets, the environment."""
 
     marker: str
     pids: frozenset[int]
-    listening: frozenset[int]
+    sockets: frozenset[int]
     environ: dict[str, str] = field(default_factory=dict)
 
 
@@ -113,12 +113,19 @@ def _listening_ports() -> dict[int, int]:
     return ports
 
 
-def _own_listening(pids: Iterable[int]) -> dict[int, int]:
-    ports = _listening_ports()
+def _own_listening(pids: Iterable[int], *, known: frozenset[int] = frozenset()) -> dict[int, int]:
+    """Listening sockets (inode -> port) held by ``pids``, other than the ``known`` inodes.
+
+    The socket tables are read only when there is a new socket to look up: reading them costs
+    tens of milliseconds, listing file descriptors almost nothing.
+    """
     inodes: set[int] = set()
     for pid in pids:
         inodes |= _socket_inodes(pid)
-    return {inode: port for inode, port in ports.items() if inode in inodes}
+    inodes -= known
+    if not inodes:
+        return {}
+    return {inode: port for inode, port in _listening_ports().items() if inode in inodes}
 
 
 def take_snapshot() -> Snapshot:
@@ -126,7 +133,7 @@ def take_snapshot() -> Snapshot:
     return Snapshot(
         marker=uuid.uuid4().hex,
         pids=_pids(),
-        listening=frozenset(_own_listening([os.getpid()])),
+        sockets=frozenset(_socket_inodes(os.getpid())),
         environ=dict(os.environ),
     )
 
@@ -177,7 +184,7 @@ def find_leaks(before: Snapshot, *, grace: float = GRACE) -> list[str]:
     while processes and time.monotonic() < deadline:
         time.sleep(0.05)
         processes = _leftover_processes(before)
-    ports = {port for inode, port in _own_listening([os.getpid(), *processes]).items() if inode not in before.listening}
+    ports = set(_own_listening([os.getpid(), *processes], known=before.sockets).values())
     if processes:
         problems.append(f"processes left running (now killed):\n{_describe(processes)}")
         _kill(processes)
