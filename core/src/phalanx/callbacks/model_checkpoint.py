@@ -89,7 +89,7 @@ class ModelCheckpoint(Callback):
                 msg = f"ModelCheckpoint({name}={value!r}) must be a string or None."
                 raise MisconfigurationError(msg)
         if mode not in _MODES:
-            msg = f"ModelCheckpoint(mode={mode!r}) is invalid; valid values are {list(_MODES)}."
+            msg = f"ModelCheckpoint(mode={mode!r}) is invalid; valid values are {list(_MODES)}. Fix: pass mode='min' or mode='max'."
             raise MisconfigurationError(msg)
         top_k = _opt_int("save_top_k", save_top_k, -1)
         if monitor is None and top_k not in (-1, 0, 1):

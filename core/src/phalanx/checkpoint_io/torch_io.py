@@ -123,11 +123,18 @@ class TorchCheckpointIO(CheckpointIO):
         """
         target = Path(path)
         if not target.is_file():
-            what = "is a directory, not a checkpoint file" if target.is_dir() else "does not exist"
-            msg = (
-                f"Checkpoint path {str(target)!r} {what}. Check the path (ckpt_path=...) or pass "
-                "ckpt_path='last' to resume from the newest checkpoint."
-            )
+            if target.is_dir():
+                msg = (
+                    f"Checkpoint path {str(target)!r} is a directory, not a checkpoint file: a sharded checkpoint "
+                    "(fsdp, deepspeed) loads only under the strategy that wrote it. Fix: resume with that strategy, "
+                    f"or convert it with `phalanx checkpoint convert {target} {target}.portable.ckpt`, or pass "
+                    "ckpt_path='last'."
+                )
+            else:
+                msg = (
+                    f"Checkpoint path {str(target)!r} does not exist. Check the path (ckpt_path=...) or pass "
+                    "ckpt_path='last' to resume from the newest checkpoint."
+                )
             raise CheckpointError(msg)
         location = "cpu" if map_location is None else map_location
         try:

@@ -126,7 +126,7 @@ class ParallelStrategy(ParallelCollectives, Strategy):
 
             check_start_method(start_method, cuda_initialized=False)  # the platform now; CUDA at launch
         if timeout is not None and not isinstance(timeout, timedelta):
-            msg = f"{name}(timeout={timeout!r}) must be a datetime.timedelta, e.g. timedelta(minutes=5), or None."
+            msg = f"{name}(timeout={timeout!r}) must be a datetime.timedelta or None. Fix: pass e.g. timeout=timedelta(minutes=5)."
             raise MisconfigurationError(msg)
         self._parallel_devices = list(parallel_devices) if parallel_devices is not None else None
         self._cluster_environment = cluster_environment

@@ -59,7 +59,8 @@ def _split_plugins(plugins: list[Any]) -> tuple[Any, Any, Any]:
                 msg = (
                     f"Trainer(plugins=[{item!r}]) names no registered precision, checkpoint IO or cluster "
                     f"environment. Known: precisions {PrecisionRegistry.names()}, checkpoint IO "
-                    f"{CheckpointIORegistry.names()}, environments {ClusterEnvironmentRegistry.names()}."
+                    f"{CheckpointIORegistry.names()}, environments {ClusterEnvironmentRegistry.names()}. Fix: pass one "
+                    "of those names or an instance, or install the plugin that provides it (`phalanx plugins`)."
                 )
                 raise MisconfigurationError(msg)
             kind, registry = kinds[0]
@@ -73,7 +74,8 @@ def _split_plugins(plugins: list[Any]) -> tuple[Any, Any, Any]:
         else:
             msg = (
                 f"Trainer(plugins=[{item!r}]) got an object of type {type(item).__name__}; plugins must be "
-                "Precision, CheckpointIO or ClusterEnvironment instances or their registered names."
+                "Precision, CheckpointIO or ClusterEnvironment instances or their registered names. Fix: pass e.g. "
+                "plugins=[AsyncCheckpointIO()] or plugins=['bf16-mixed']."
             )
             raise MisconfigurationError(msg)
         if kind in found:

@@ -134,7 +134,7 @@ def check_stage(stage: Any, where: str) -> None:
 def check_offload_device(device: Any, where: str) -> None:
     """Refuse an offload target other than cpu / nvme."""
     if device not in OFFLOAD_DEVICES:
-        msg = f"{where}: offload device {device!r} is not supported; valid devices are {list(OFFLOAD_DEVICES)}."
+        msg = f"{where}: offload device {device!r} is not supported; valid devices are {list(OFFLOAD_DEVICES)}. Fix: pass 'cpu' (or 'nvme' with nvme_path=...)."
         raise MisconfigurationError(msg)
 
 
@@ -168,7 +168,7 @@ def load_config(config: dict[str, Any] | str | os.PathLike[str] | None) -> dict[
         )
         raise MisconfigurationError(msg) from error
     if not isinstance(data, dict):
-        msg = f"DeepSpeedStrategy(config={path!r}) holds a JSON {type(data).__name__}, expected an object {{...}}."
+        msg = f"DeepSpeedStrategy(config={path!r}) holds a JSON {type(data).__name__}, expected an object {{...}}. Fix: write the config as one JSON object, or pass a dict."
         raise MisconfigurationError(msg)
     return data
 
