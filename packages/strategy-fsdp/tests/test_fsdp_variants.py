@@ -76,7 +76,7 @@ def plain_two_rank(
         for index, batches in enumerate(zip(*shards)):
             for rank, (x, y) in enumerate(batches):
                 loss = torch.nn.functional.mse_loss(model(x), y)
-                losses[rank].append(float(loss))
+                losses[rank].append(float(loss.detach()))
                 sums[rank] = [s + g for s, g in zip(sums[rank], torch.autograd.grad(loss / ACCUMULATE, params))]
             if (index + 1) % ACCUMULATE:
                 continue
