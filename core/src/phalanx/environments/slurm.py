@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 
 from phalanx.environments.launched import LaunchedEnvironment
 from phalanx.environments.local import parse_int_env
@@ -22,13 +23,36 @@ _BRACKET = re.compile(r"\[([^\]]*)\]")
 
 
 class SLURMEnvironment(LaunchedEnvironment):
-    """Ranks and rendezvous as ``srun`` assigned them; phalanx's setters are ignored."""
+    """Ranks and rendezvous as ``srun`` assigned them; phalanx's setters are ignored.
+
+    Args:
+        auto_requeue: After a preempted ``fit`` wrote its checkpoint (see
+            :mod:`phalanx.trainer.preemption`), rank 0 runs ``scontrol requeue $SLURM_JOB_ID`` so
+            SLURM starts the job again; a script passing ``fit(ckpt_path="last")`` then continues.
+        requeue_signal: The warning signal that ``sbatch --signal=USR1@90`` sends; it is handled
+            like SIGTERM (checkpoint, exit 143) while ``fit`` runs.
+    """
 
     launcher_name = "SLURM"
     world_size_variable = "SLURM_NTASKS"
     global_rank_variable = "SLURM_PROCID"
     local_rank_variable = "SLURM_LOCALID"
     node_rank_variable = "SLURM_NODEID"
+
+    def __init__(self, *, auto_requeue: bool = False, requeue_signal: int = signal.SIGUSR1) -> None:
+        if not isinstance(auto_requeue, bool):
+            msg = f"SLURMEnvironment(auto_requeue={auto_requeue!r}) expects True or False. Fix: pass auto_requeue=True."
+            raise MisconfigurationError(msg)
+        valid = {int(s) for s in signal.Signals} - {int(signal.SIGKILL), int(signal.SIGSTOP)}
+        if isinstance(requeue_signal, bool) or not isinstance(requeue_signal, int) or int(requeue_signal) not in valid:
+            msg = (
+                f"SLURMEnvironment(requeue_signal={requeue_signal!r}) is not a catchable signal; choices include "
+                "signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM. Fix: pass requeue_signal=signal.SIGUSR1 and submit "
+                "with `sbatch --signal=USR1@90`."
+            )
+            raise MisconfigurationError(msg)
+        self.auto_requeue = auto_requeue
+        self.requeue_signal = signal.Signals(requeue_signal)
 
     @property
     def main_address(self) -> str:

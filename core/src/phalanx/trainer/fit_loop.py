@@ -24,6 +24,7 @@ from phalanx.trainer.data import (
     set_sampler_epoch,
 )
 from phalanx.trainer.optimization import run_automatic
+from phalanx.trainer.preemption import Preemption
 from phalanx.trainer.state import RunningStage
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ class FitLoop:
         self._rng_before_val: dict[str, Any] | None = None
         self._resume: dict[str, Any] | None = None
         self._last_logged_step = -1
+        self.preemption = Preemption(trainer)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -225,6 +227,8 @@ class FitLoop:
             else:
                 self.phase = "val"  # what _check_validation records when there is nothing to run
             batch_idx += 1
+            if self.preemption.should_stop(self.global_step):
+                return  # preempted: checkpoint written; the epoch stays open so a resume continues it
             if trainer.should_stop:
                 break
         self._finish_epoch(run_hooks=True)

@@ -202,6 +202,8 @@ def run_stage(
         raise
     trainer.state.status = "finished"
     _teardown(trainer, module, stage, "success")
+    if fn is TrainerFn.FITTING:
+        trainer.fit_loop.preemption.exit_if_preempted()  # SystemExit(143) after a preemption checkpoint
     trainer.state.stage = None
     return result
 
@@ -209,7 +211,8 @@ def run_stage(
 def _run_loop(trainer: Trainer, fn: TrainerFn, options: dict[str, Any]) -> Any:
     if fn is TrainerFn.FITTING:
         trainer._call_hooks("on_fit_start")
-        trainer.fit_loop.run()
+        with trainer.fit_loop.preemption.armed():
+            trainer.fit_loop.run()
         trainer._call_hooks("on_fit_end")
         return None
     if fn is TrainerFn.PREDICTING:
