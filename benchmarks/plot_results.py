@@ -60,7 +60,7 @@ def plot_overhead(plt: Any) -> None:
     axes[2].bar(names, [r[len(r) // 2] for r in ratios], color=["#888", "#2a7", "#c55"][: len(names)])
     axes[2].axhline(1.02, ls="--", color="k", lw=0.8, label="target 1.02")
     axes[2].set_ylim(0.8, max(1.4, max(max(r) for r in ratios) + 0.05))
-    axes[2].set_title("MLP 256-1024-1024-10: step time / plain (wall)")
+    axes[2].set_title("MLP 256-1024-1024-10 / plain (wall)")
     axes[2].legend(fontsize=8)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     _stamp(fig, result)
