@@ -32,11 +32,6 @@ def _ranks(out: Path, scenario: str) -> list[dict[str, Any]]:
     return [load_json(out / f"{scenario}.rank{rank}.json") for rank in (0, 1)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: ModelCheckpoint ranks each rank's own monitored value (model_checkpoint.py _save_topk); "
-    "fix: decide on rank 0's value, broadcast to every rank",
-)
 def test_monitor_top_k_is_the_same_on_every_rank_when_ranks_log_different_values(out: Path) -> None:
     """Each rank logged its own ``score``; left alone, rank 0 keeps epochs {1, 3} and rank 1 {0, 3}."""
     rank0, rank1 = _ranks(out, "topk")

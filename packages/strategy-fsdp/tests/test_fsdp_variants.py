@@ -145,11 +145,6 @@ def test_another_number_of_optimizers_on_resume_is_refused(variants: tuple[Path,
         assert "holds 1 optimizer state(s) but configure_optimizers created 2" in error
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: read_sharded (_checkpoint.py) catches Exception, but DCP raises CheckpointException, a "
-    "BaseException, so the user gets DCP's raw error instead of the CheckpointError naming the fix",
-)
 def test_another_optimizer_type_on_resume_is_refused_with_the_fix(variants: tuple[Path, list[dict[str, Any]]]) -> None:
     for results in variants[1]:
         error = results["sgd"]["error"]

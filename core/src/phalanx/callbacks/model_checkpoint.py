@@ -1,8 +1,8 @@
 """ModelCheckpoint: save checkpoints periodically, keep the best k by a metric, and ``last``.
 
 Saving is a collective (sharded strategies gather state), so every rank runs the same decisions:
-they depend only on values all ranks share (step, epoch, reduced metrics), and the file checks
-rank 0 makes are broadcast. The callback's own state (best scores, paths) goes into each
+they depend only on values all ranks share (step, epoch, and rank 0's metrics, broadcast), and
+the file checks rank 0 makes are broadcast. The callback's own state (best scores, paths) goes into each
 checkpoint, so a resumed run keeps pruning the same top-k set instead of starting over.
 """
 
@@ -14,6 +14,8 @@ import re
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import torch
 
 from phalanx.callbacks.callback import Callback
 from phalanx.errors import MisconfigurationError
@@ -218,7 +220,17 @@ class ModelCheckpoint(Callback):
         return trainer.val_check_interval == 1.0
 
     def _candidates(self, trainer: Trainer) -> dict[str, Any]:
-        metrics: dict[str, Any] = dict(trainer.callback_metrics)
+        """The metrics names and rankings come from, as rank 0 has them.
+
+        Metrics logged without ``sync_dist`` differ between ranks; if each rank ranked its own
+        value, ranks would disagree on the top-k and on which file to delete. Rank 0 writes the
+        files, so its values decide, and every rank receives them (one broadcast per save).
+        """
+        metrics: dict[str, Any] = {
+            key: float(value.detach().float().cpu()) if isinstance(value, torch.Tensor) and value.numel() == 1 else value
+            for key, value in trainer.callback_metrics.items()
+        }
+        metrics = trainer.strategy.broadcast(metrics)
         metrics["epoch"] = trainer.current_epoch
         metrics["step"] = trainer.global_step
         return metrics

@@ -20,6 +20,7 @@ from typing import Any
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -182,9 +183,9 @@ def read_sharded(
     state = _sharded_state(model, optimizers)
     try:
         dcp.load(state, storage_reader=FileSystemReader(os.fspath(path)))
-    except Exception as error:  # DCP wraps per-rank failures in its own exception types
+    except (Exception, CheckpointException) as error:  # DCP's own type derives from BaseException only
         msg = (
-            f"Could not load the sharded checkpoint {os.fspath(path)!r}: {str(error).splitlines()[0] if str(error) else type(error).__name__}. "
+            f"Could not load the sharded checkpoint {os.fspath(path)!r}: {_first_cause(error)}. "
             "A different optimizer type than the one it was trained with is the usual cause; fix: resume with the "
             "same configure_optimizers, or load weights only."
         )
@@ -307,3 +308,13 @@ def load_hyperparameters(optimizer: Optimizer, state: dict[str, Any]) -> None:
         raise CheckpointError(msg)
     for group, saved_group in zip(optimizer.param_groups, saved):
         group.update({key: value for key, value in saved_group.items() if key != "params"})
+
+
+def _first_cause(error: BaseException) -> str:
+    """One line saying what went wrong: DCP's own exception only lists ranks, its ``failures`` the cause."""
+    failures = getattr(error, "failures", None)
+    if isinstance(failures, dict) and failures:
+        rank, cause = next(iter(failures.items()))
+        cause = getattr(cause, "exc", cause)  # some torch versions wrap it with the traceback
+        return f"rank {rank}: {type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
+    return str(error).splitlines()[0] if str(error) else type(error).__name__

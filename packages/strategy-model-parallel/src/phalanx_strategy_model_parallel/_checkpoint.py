@@ -20,6 +20,7 @@ from typing import Any
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 from torch.optim import Optimizer
@@ -175,7 +176,7 @@ def read_distributed(
     state = _state(model, optimizers)
     try:
         dcp.load(state, storage_reader=FileSystemReader(path))
-    except Exception as error:  # DCP wraps per-rank failures in its own exception types
+    except (Exception, CheckpointException) as error:  # DCP's own type derives from BaseException only
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         msg = (
             f"Could not load the distributed checkpoint {path!r}: {first}. A different optimizer type than the one "
