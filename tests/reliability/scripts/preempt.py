@@ -47,12 +47,9 @@ def main() -> None:
         Trainer(**trainer_kwargs(strategy, os.path.join(OUT, "straight"), max_steps=12, max_epochs=None)).fit(
             straight, train_loader()
         )
+        straight_weights = to_lists(straight.state_dict())  # collective under fsdp: every rank
         if trainer.is_global_zero:
-            payload = {
-                "weights": weights,
-                "straight": to_lists(straight.state_dict()),
-                "global_step": trainer.global_step,
-            }
+            payload = {"weights": weights, "straight": straight_weights, "global_step": trainer.global_step}
             write_json(os.path.join(OUT, "resumed.json"), payload)
 
 

@@ -87,6 +87,7 @@ class Preemption:
         self.checkpoint_path: str | None = None
         self._every = 1
         self._last_checked = -1
+        self._active = False  # signals are caught (fit runs, preemption not turned off)
 
     # ------------------------------------------------------------------ signals
     def _signals(self) -> list[signal.Signals]:
@@ -119,9 +120,13 @@ class Preemption:
         if threading.current_thread() is threading.main_thread():
             for signum in self._signals():
                 previous[signum] = signal.signal(signum, self._handle)
+        # The same on every rank (same environment, fit from the main thread), so the collective
+        # in should_stop is either run by all ranks or by none.
+        self._active = bool(previous)
         try:
             yield
         finally:
+            self._active = False
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
 
@@ -132,7 +137,7 @@ class Preemption:
         Collective (every rank calls it after the same steps); between optimizer steps (inside an
         accumulation window) and off the ``check every`` grid it costs one integer comparison.
         """
-        if global_step == self._last_checked or global_step % self._every:
+        if not self._active or global_step == self._last_checked or global_step % self._every:
             return False
         self._last_checked = global_step
         trainer = self.trainer
