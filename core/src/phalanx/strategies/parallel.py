@@ -33,6 +33,7 @@ from phalanx.strategies._backend import (
     validate_backend,
     validate_backend_for_device,
 )
+from phalanx.strategies._hangs import explain_timeout, is_collective_timeout, new_check_in_group
 from phalanx.strategies._parallel_collectives import ParallelCollectives
 from phalanx.strategies._rendezvous import next_group_store
 from phalanx.strategies.configuration import StrategyConfiguration
@@ -136,6 +137,7 @@ class ParallelStrategy(ParallelCollectives, Strategy):
         self._start_method = start_method
         self.sync_batchnorm = bool(sync_batchnorm)
         self._created_process_group = False
+        self._check_in_group: object | None = None
 
     # ------------------------------------------------------------------ configuration
     @property
@@ -326,6 +328,7 @@ class ParallelStrategy(ParallelCollectives, Strategy):
         kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
         dist.init_process_group(backend, store=store, world_size=self.world_size, rank=self.global_rank, **kwargs)
         self._created_process_group = True
+        self._check_in_group = new_check_in_group() if self.world_size > 1 else None
 
     @property
     def created_process_group(self) -> bool:
@@ -393,10 +396,22 @@ class ParallelStrategy(ParallelCollectives, Strategy):
         return self._no_sync()
 
     # ------------------------------------------------------------------ lifecycle
+    def on_exception(self, exception: BaseException) -> None:
+        """A collective timed out: add to the error which rank did not arrive and in what operation."""
+        if is_collective_timeout(exception) and hasattr(exception, "add_note"):
+            note = explain_timeout(
+                exception, rank=self.global_rank, world_size=self.world_size, timeout=self._timeout,
+                group=self._check_in_group,
+            )
+            if note:
+                exception.add_note(f"phalanx: {note}")
+        super().on_exception(exception)
+
     def teardown(self) -> None:
         """Release the process group this strategy created and reset the environment's state."""
         if self._created_process_group:
             self._created_process_group = False
+            self._check_in_group = None
             if self.keep_process_group_after_teardown:
                 destroy_process_group_at_exit()
             elif dist.is_available() and dist.is_initialized():
