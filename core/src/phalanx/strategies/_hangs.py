@@ -42,7 +42,7 @@ def _operation(error: BaseException) -> str:
     return name
 
 
-def new_check_in_group() -> object | None:
+def new_check_in_group() -> dist.ProcessGroup | None:
     """A gloo group over the whole world for :func:`explain_timeout` (collective: every rank calls it)."""
     if not dist.is_gloo_available():
         return None
@@ -53,7 +53,7 @@ def new_check_in_group() -> object | None:
 
 
 def explain_timeout(
-    error: BaseException, *, rank: int, world_size: int, timeout: timedelta | None, group: object | None
+    error: BaseException, *, rank: int, world_size: int, timeout: timedelta | None, group: dist.ProcessGroup | None
 ) -> str | None:
     """Find the ranks that do not check in, and return one sentence for the error; None if unsure.
 

@@ -137,7 +137,7 @@ class ParallelStrategy(ParallelCollectives, Strategy):
         self._start_method = start_method
         self.sync_batchnorm = bool(sync_batchnorm)
         self._created_process_group = False
-        self._check_in_group: object | None = None
+        self._check_in_group: dist.ProcessGroup | None = None
 
     # ------------------------------------------------------------------ configuration
     @property
