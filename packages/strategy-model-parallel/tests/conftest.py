@@ -1,4 +1,5 @@
-"""Shared fixtures: nothing may be left behind, and the chained multi-process runs.
+"""Shared fixtures: nothing may be left behind (``phalanx.testing.leaks``: processes, re-parented
+ranks included, ports, environment variables), and the chained multi-process runs.
 
 Each run costs real CPU time (4 processes on 2 cores), so the runs are session-scoped, each
 script does several fits (and its plain-torch reference on the same ranks), and the tests only
@@ -9,30 +10,14 @@ consolidated file at the end; (4 x 1) and (1 x 2) runs resume from them.
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mp_testing import ppid_of, run_script
+from mp_testing import run_script
 
-#: Set by pytest itself, and by torch the first time its compiler stack is imported.
-_SET_BY_TOOLS = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR")
+from phalanx.testing.leaks import nothing_left_behind
 
-
-@pytest.fixture(autouse=True)
-def _nothing_left_behind() -> Iterator[None]:
-    """No test may leave env vars, a process group or child processes behind."""
-    before = {k: v for k, v in os.environ.items() if k not in _SET_BY_TOOLS}
-    yield
-    after = {k: v for k, v in os.environ.items() if k not in _SET_BY_TOOLS}
-    assert after == before, f"a test changed os.environ: {set(after.items()) ^ set(before.items())}"
-    import torch.distributed as dist
-
-    assert not (dist.is_available() and dist.is_initialized()), "a test left a process group initialised"
-    children = [p for p in Path("/proc").iterdir() if p.name.isdigit() and ppid_of(p) == os.getpid()]
-    assert not children, f"a test left child processes behind: {[p.name for p in children]}"
-
+__all__ = ["nothing_left_behind"]
 
 def _train(out: Path, runs: list[dict[str, object]]) -> Path:
     run_script("train.py", str(out), json.dumps(runs))
