@@ -56,7 +56,9 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
             logs; "auto" reads the train dataloader's batch size.
         logging_level: Level of DeepSpeed's logger (it is chatty at INFO).
         zero_allow_untested_optimizer: Let ZeRO wrap optimizers DeepSpeed has not tested.
-        load_full_weights: Treat a ``ckpt_path`` *file* as full weights (e.g. a converted checkpoint).
+        load_full_weights: Accepted for Lightning compatibility and has no effect: phalanx tells the
+            formats apart by themselves, so a ``ckpt_path`` *file* (a converted or another strategy's
+            checkpoint) is always read as full weights, and a directory as DeepSpeed's sharded one.
         exclude_frozen_parameters: Leave parameters without gradients out of saved checkpoints.
         build_cpu_comm_op: On CPU, let DeepSpeed JIT-compile its shared-memory all-reduce op when
             the process group is set up. It serves only DeepSpeed's inference kernels, not ZeRO
