@@ -27,6 +27,7 @@ from phalanx.testing.processes import Job
 CASES = {
     "ddp-sigterm-rank1": ("ddp", signal.SIGTERM, "rank1", {}),
     "ddp-sigusr1-launcher": ("ddp", signal.SIGUSR1, "launcher", {"PHALANX_PREEMPTION_SIGNALS": "SIGTERM,SIGUSR1"}),
+    "ddp_spawn-sigterm-launcher": ("ddp_spawn", signal.SIGTERM, "launcher", {}),
     "fsdp-sigterm-launcher": ("fsdp", signal.SIGTERM, "launcher", {}),
     "deepspeed-sigterm-rank1": ("deepspeed_stage_2", signal.SIGTERM, "rank1", {}),
 }

@@ -51,6 +51,9 @@ def collect(strategy: Any, trainer: Any, result: Any) -> dict[str, Any]:
         metrics = getattr(trainer, "callback_metrics", None)
         if metrics is not None:
             payload["callback_metrics"] = _to_cpu(dict(metrics))
+        fit_loop = getattr(trainer, "fit_loop", None)
+        if fit_loop is not None:  # trainer.global_step / current_epoch after fit, as with ddp
+            payload["loop"] = {"epoch": fit_loop.epoch, "global_step": fit_loop.global_step}
         callbacks = getattr(trainer, "callbacks", None) or []
         payload["callbacks"] = {
             index: {name: _to_cpu(getattr(cb, name)) for name in CHECKPOINT_ATTRIBUTES if hasattr(cb, name)}
@@ -107,6 +110,9 @@ def recover_in_main_process(payload: dict[str, Any], strategy: Any, trainer: Any
                 trainer.callback_metrics = payload["callback_metrics"]
             except AttributeError:
                 pass
+    loop = payload.get("loop")
+    if trainer is not None and loop is not None:
+        trainer.fit_loop.epoch, trainer.fit_loop.global_step = int(loop["epoch"]), int(loop["global_step"])
     callbacks = getattr(trainer, "callbacks", None) or []
     for index, values in payload.get("callbacks", {}).items():
         if index < len(callbacks):

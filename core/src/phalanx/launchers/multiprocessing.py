@@ -8,14 +8,17 @@ results come back here: the trained weights, and beyond Lightning the Trainer's
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing as std_mp
 import os
 import pickle
 import shutil
+import signal
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from phalanx.errors import MisconfigurationError
@@ -36,6 +39,8 @@ __all__ = ["START_METHODS", "MultiProcessingLauncher", "WorkerFailedError", "che
 
 START_METHODS = ("spawn", "fork", "forkserver")
 _POLL_SECONDS = 0.1
+#: What a worker that stopped for a preemption exits with (128 + SIGTERM); see trainer/preemption.py.
+_PREEMPTED_EXIT = 143
 
 
 class WorkerFailedError(RuntimeError):
@@ -165,7 +170,8 @@ class MultiProcessingLauncher(Launcher):
                 _restore_env(saved)
             self.procs = list(context.processes)
             try:
-                self._join([_Worker(p) for p in self.procs])
+                with self._forwarding_preemption_signals():
+                    self._join([_Worker(p) for p in self.procs])
             finally:
                 for path in context.error_files:
                     if path and os.path.exists(path):
@@ -185,19 +191,55 @@ class MultiProcessingLauncher(Launcher):
                 except ProcessLookupError:
                     pass
 
+    @contextlib.contextmanager
+    def _forwarding_preemption_signals(self) -> Iterator[None]:
+        """Pass a preemption signal sent to this (waiting) process on to every worker.
+
+        A scheduler signals the process it started, which is this one; the workers hold the
+        training state, so they must get it to stop at the same step and write the checkpoint.
+        """
+        from phalanx.trainer.preemption import SIGNALS_ENV, parse_signals
+
+        self._forwarded: int | None = None
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        signals = {*parse_signals(os.environ.get(SIGNALS_ENV, "SIGTERM")), signal.SIGUSR1}
+
+        def forward(signum: int, frame: Any) -> None:
+            del frame
+            self._forwarded = signum
+            self.kill(signum)
+
+        previous = {signum: signal.signal(signum, forward) for signum in signals}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
     def _join(self, workers: list[_Worker]) -> None:
-        """Wait for all workers; on the first failure stop the rest (SIGTERM, grace, SIGKILL) and raise."""
+        """Wait for all workers; on the first failure stop the rest (SIGTERM, grace, SIGKILL) and raise.
+
+        After a forwarded preemption signal, workers exiting with 143 stopped on purpose (their
+        checkpoint is written): the others are waited for, and this process exits 143 too.
+        """
         from multiprocessing.connection import wait
 
         pending = {w.process.sentinel: (rank, w) for rank, w in enumerate(workers)}
+        preempted = False
         try:
             while pending:
                 for sentinel in wait(list(pending), timeout=_POLL_SECONDS):
                     local_rank, worker = pending.pop(sentinel)  # type: ignore[call-overload]
                     worker.process.join()
-                    if worker.process.exitcode != 0:
+                    if worker.process.exitcode == _PREEMPTED_EXIT and getattr(self, "_forwarded", None):
+                        preempted = True
+                    elif worker.process.exitcode != 0:
                         stop_processes([w for _, w in pending.values()])
                         self._raise_worker_failed(local_rank, worker)
+            if preempted:
+                raise SystemExit(_PREEMPTED_EXIT)
         except KeyboardInterrupt as exc:
             stop_processes([w for _, w in pending.values()])
             tag_exception(exc, 0, quiet=True)
@@ -302,6 +344,8 @@ def _worker_entry(
             _results.save(_results.collect(strategy, trainer, result), results_path)
     except KeyboardInterrupt:
         os._exit(130)
+    except SystemExit as exc:  # a deliberate exit (143 after a preemption checkpoint): no traceback
+        os._exit(exc.code if isinstance(exc.code, int) else 1)
     except BaseException as exc:
         time.sleep(SECONDARY_FAILURE_DELAY)
         print_rank_traceback(rank, type(exc), exc, exc.__traceback__)
