@@ -1,6 +1,6 @@
 """``phalanx plan`` and ``Trainer.plan``: tables, JSON, the dry run, and one error per bad input.
 
-Runs in-process through ``phalanx.cli.main`` (the command's own entry point) on the example
+Runs in the integration session (it plans every installed strategy: ddp, fsdp, deepspeed, ...), in-process through ``phalanx.cli.main`` (the command's own entry point) on the example
 factories; every model is built on the meta device, so even the 1.3B configuration costs well
 under a second of planning after the imports.
 """
@@ -18,7 +18,7 @@ from phalanx.cli import main
 from phalanx.errors import MisconfigurationError
 from phalanx.memory import MemoryEstimate, parse_bytes
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "plan_models.py"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "plan_models.py"
 
 
 def plan(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
