@@ -347,6 +347,16 @@ def _worker_entry(
     except SystemExit as exc:  # a deliberate exit (143 after a preemption checkpoint): no traceback
         os._exit(exc.code if isinstance(exc.code, int) else 1)
     except BaseException as exc:
+        if _asked_to_stop(trainer):
+            # The launcher stopped this worker (SIGTERM) because another rank failed; what it raised
+            # since is a consequence (a collective with the dead rank), not news: leave quietly.
+            os._exit(_PREEMPTED_EXIT)
         time.sleep(SECONDARY_FAILURE_DELAY)
         print_rank_traceback(rank, type(exc), exc, exc.__traceback__)
         os._exit(1)
+
+
+def _asked_to_stop(trainer: Any) -> bool:
+    """Whether a stop signal reached this worker during fit (its preemption handler recorded it)."""
+    preemption = getattr(getattr(trainer, "fit_loop", None), "preemption", None)
+    return getattr(preemption, "requested", None) is not None
