@@ -19,8 +19,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 FSDP_TESTS = ROOT / "packages" / "strategy-fsdp" / "tests"
-if str(FSDP_TESTS) not in sys.path:
-    sys.path.insert(0, str(FSDP_TESTS))
+for _path in (FSDP_TESTS, FSDP_TESTS / "scripts"):  # fsdp's test helpers and their shared model (common.py)
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 pytest.importorskip("phalanx_strategy_ddp", reason="the integration session installs every plugin")
 pytest.importorskip("phalanx_strategy_fsdp", reason="the integration session installs every plugin")

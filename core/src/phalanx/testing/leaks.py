@@ -40,7 +40,17 @@ __all__ = ["CASE_VAR", "IGNORED_ENV", "Snapshot", "find_leaks", "nothing_left_be
 CASE_VAR = "PHALANX_TEST_CASE"
 #: Variables set by the tools themselves: pytest's bookkeeping, and torch when it first imports
 #: inductor (its compile cache directory).
-IGNORED_ENV = frozenset({"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", CASE_VAR})
+IGNORED_ENV = frozenset(
+    {
+        "PYTEST_CURRENT_TEST",
+        "TORCHINDUCTOR_CACHE_DIR",
+        CASE_VAR,
+        # torch-xla's runtime sets these for the whole process the first time it starts (in-process
+        # XLA tests): the library's own state, not something a test forgot to undo.
+        "SKIP_MEGASCALE_PJRT_CLIENT",
+        "PJRT_LOCAL_PROCESS_COUNT",
+    }
+)
 #: Seconds leftovers get to exit by themselves before they count as leaks.
 GRACE = 2.0
 _LISTEN = "0A"
