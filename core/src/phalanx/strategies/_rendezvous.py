@@ -52,4 +52,8 @@ def next_group_store(host: str, port: int, *, is_rank_zero: bool, timeout: timed
             _stores[key] = store
         generation = _generations.get(key, 0) + 1
         _generations[key] = generation
-    return dist.PrefixStore(f"phalanx/{generation}", store)
+    # torchrun's agent store also outlives a restart of the workers (--max-restarts): the new
+    # workers count generations from 1 again, so the attempt number is part of the prefix, or they
+    # would read the dead attempt's addresses.
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"phalanx/{attempt}/{generation}", store)
