@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from phalanx.testing.processes import describe_processes
+
 __all__ = ["CASE_VAR", "IGNORED_ENV", "Snapshot", "find_leaks", "nothing_left_behind", "take_snapshot"]
 
 #: Environment variable carrying the running test's marker (inherited by everything it starts).
@@ -162,18 +164,6 @@ def _leftover_processes(before: Snapshot) -> list[int]:
     return found
 
 
-def _describe(pids: Iterable[int]) -> str:
-    lines = []
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                command = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            command = "(exited)"
-        lines.append(f"  {pid}: {command[:200]}")
-    return "\n".join(lines)
-
-
 def _kill(pids: Iterable[int]) -> None:
     for pid in pids:
         try:
@@ -196,7 +186,8 @@ def find_leaks(before: Snapshot, *, grace: float = GRACE) -> list[str]:
         processes = _leftover_processes(before)
     ports = set(_own_listening([os.getpid(), *processes], known=before.sockets).values())
     if processes:
-        problems.append(f"processes left running (now killed):\n{_describe(processes)}")
+        listing = "\n".join(f"  {line[:220]}" for line in describe_processes(processes).splitlines())
+        problems.append(f"processes left running (now killed):\n{listing}")
         _kill(processes)
     if ports:
         problems.append(f"TCP ports left listening: {sorted(ports)}")
