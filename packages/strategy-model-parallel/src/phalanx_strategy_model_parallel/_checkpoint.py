@@ -13,7 +13,6 @@ Every function here is collective: all ranks must call it together.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +24,7 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 from torch.optim import Optimizer
 
+from phalanx.checkpoint_io.atomic import prepare_staging, publish_directory, staging_directory
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO, PathLike
 from phalanx.errors import CheckpointError
 
@@ -102,21 +102,23 @@ def save_distributed(
     barrier: Callable[[], None],
     layout: dict[str, int],
 ) -> None:
-    """Every rank writes its shards; rank 0 writes ``trainer_state.pt`` after all shards are on disk."""
-    path = os.fspath(path)
+    """Every rank writes its shards into a staging directory; rank 0 adds ``trainer_state.pt`` and publishes it.
+
+    The directory appears under ``path`` only once complete (:mod:`phalanx.checkpoint_io.atomic`), so
+    a rank killed mid-save leaves the previous checkpoint intact, and shards of a larger world
+    cannot linger.
+    """
+    staging = staging_directory(path)
     if is_global_zero:
-        if os.path.isdir(path):
-            shutil.rmtree(path)  # shards of a larger world would otherwise linger
-        elif os.path.exists(path):
-            os.remove(path)
-        os.makedirs(path)
+        prepare_staging(path)
     barrier()
-    dcp.save(_state(model, optimizers), storage_writer=FileSystemWriter(path))
+    dcp.save(_state(model, optimizers), storage_writer=FileSystemWriter(os.fspath(staging)))
     barrier()
     if is_global_zero:
         meta = {k: v for k, v in checkpoint.items() if k not in (MODEL_KEY, OPTIMIZER_KEY, *_DROPPED)}
         meta["model_parallel"] = {"format": FORMAT, "version": 1, "layout": dict(layout), "num_optimizers": len(optimizers)}
-        checkpoint_io.save_checkpoint(meta, os.path.join(path, META_FILE))
+        checkpoint_io.save_checkpoint(meta, os.path.join(staging, META_FILE))
+        publish_directory(staging, path)
     barrier()
 
 
