@@ -246,7 +246,9 @@ def main() -> int:
         record = _phalanx_worker(args) if args.worker == "phalanx" else _raw_worker(args.worker, args)
         with open(os.path.join(args.out, f"{args.worker}_rank{record['rank']}.json"), "w") as handle:
             json.dump(record, handle)
-        return 0
+        # torch 2.13's gloo can abort at interpreter shutdown in a process that made its own group (docs/ddp.md)
+        sys.stdout.flush()
+        os._exit(0)
     if args.quick:
         args.blocks, args.width, args.steps = 2, 64, 1
     params = args.blocks * (args.width * args.width + args.width)

@@ -160,6 +160,8 @@ def _ddp_worker(rank: int, args: argparse.Namespace, port: int) -> None:
     with open(f"{args.out}.rank{rank}", "w") as handle:
         json.dump(record, handle)
     dist.destroy_process_group()
+    # torch 2.13's gloo can abort at interpreter shutdown in a process that made its own group (docs/ddp.md)
+    os._exit(0)
 
 
 def run_ddp(args: argparse.Namespace) -> None:

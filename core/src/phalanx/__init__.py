@@ -10,21 +10,22 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-import pluggy
+from phalanx import registry as _registry
 
 __all__ = ["Module", "Trainer", "__version__", "hookimpl"]
 
 __version__ = "0.1.0"
 
-#: Marker for plugin hook implementations: ``@hookimpl def phalanx_register_strategies(registry)``.
-hookimpl = pluggy.HookimplMarker("phalanx")
-
 _LAZY = {
     "Trainer": "phalanx.trainer.trainer:Trainer",
     "Module": "phalanx.module:Module",
+    # Marker for plugin hook implementations: ``@hookimpl def phalanx_register_strategies(registry)``.
+    # It is pluggy's, so it is resolved on first use: plain ``import phalanx`` does not load pluggy.
+    "hookimpl": "phalanx.hookspecs:hookimpl",
 }
 
 if TYPE_CHECKING:
+    from phalanx.hookspecs import hookimpl
     from phalanx.module import Module
     from phalanx.trainer.trainer import Trainer
 
@@ -40,7 +41,16 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-# The composition root: discovery installs itself as the registries' fill-on-first-read callback,
-# so phalanx.registry stays a plain container that never imports phalanx.plugins. Neither module
-# imports torch or importlib.metadata at import time.
-from phalanx import plugins as _plugins  # noqa: E402, F401
+def _discover_plugins() -> None:
+    """Fill every registry from the installed plugins; runs on the first read of any registry."""
+    from phalanx.plugins import load_plugins
+
+    load_plugins()
+
+
+# The composition root: discovery is installed as the registries' fill-on-first-read callback, so
+# phalanx.registry stays a plain container that never imports phalanx.plugins, and importing
+# phalanx loads neither the plugins, pluggy, torch nor importlib.metadata.
+for _each in _registry.GLOBAL_REGISTRIES:
+    _each.fill_on_first_read(_discover_plugins)
+del _each

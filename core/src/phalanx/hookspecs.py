@@ -40,9 +40,11 @@ if TYPE_CHECKING:
     from phalanx.memory import MemoryEstimate, MemoryRequest
     from phalanx.registry import Registry
 
-__all__ = ["hookspec"]
+__all__ = ["hookimpl", "hookspec"]
 
 hookspec = pluggy.HookspecMarker("phalanx")
+#: Marks a plugin's hook implementations; exported as ``phalanx.hookimpl``.
+hookimpl = pluggy.HookimplMarker("phalanx")
 
 
 @hookspec

@@ -392,7 +392,3 @@ def _reset_for_tests() -> None:
         for registry in REGISTRATION_HOOKS.values():
             registry.clear()
         _metadata.clear_cache()
-
-
-for _registry in REGISTRATION_HOOKS.values():
-    _registry.fill_on_first_read(load_plugins)  # the registries stay plain; discovery fills them

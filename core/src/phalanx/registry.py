@@ -352,9 +352,17 @@ def _first_doc_line(target: type | str) -> str:
     return doc.splitlines()[0] if doc else ""
 
 
-# The global registries: empty until discovery fills them (phalanx.plugins wires itself in on import).
+# The global registries: empty until discovery fills them (the phalanx package arms them on import).
 StrategyRegistry = _StrategyRegistry("strategy")
 AcceleratorRegistry = Registry("accelerator")
 PrecisionRegistry = Registry("precision")
 CheckpointIORegistry = Registry("checkpoint IO")
 ClusterEnvironmentRegistry = Registry("cluster environment")
+#: Every global registry; ``phalanx`` (the package) arms each with plugin discovery.
+GLOBAL_REGISTRIES: tuple[Registry, ...] = (
+    StrategyRegistry,
+    AcceleratorRegistry,
+    PrecisionRegistry,
+    CheckpointIORegistry,
+    ClusterEnvironmentRegistry,
+)

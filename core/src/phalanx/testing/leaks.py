@@ -66,6 +66,9 @@ class Snapshot:
     pids: frozenset[int]
     sockets: frozenset[int]
     environ: dict[str, str] = field(default_factory=dict)
+    #: pid -> start time (clock ticks since boot), so that a pid the system reused during the test
+    #: (pids wrap around at ``pid_max``) still counts as a new process.
+    start_times: dict[int, int] = field(default_factory=dict)
 
 
 def _pids() -> frozenset[int]:
@@ -83,6 +86,14 @@ def _stat(pid: int) -> tuple[str, int] | None:
     except OSError:
         return None
     return fields[0].decode(), int(fields[2])
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return int(handle.read().rsplit(b")", 1)[-1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _carries(pid: int, needle: bytes) -> bool:
@@ -142,9 +153,11 @@ def _own_listening(pids: Iterable[int], *, known: frozenset[int] = frozenset()) 
 
 def take_snapshot() -> Snapshot:
     """Record the state a test starts from and give it a fresh marker (not yet exported)."""
+    pids = _pids()
     return Snapshot(
         marker=uuid.uuid4().hex,
-        pids=_pids(),
+        pids=pids,
+        start_times={pid: started for pid in pids if (started := _start_time(pid)) is not None},
         sockets=frozenset(_socket_inodes(os.getpid())),
         environ=dict(os.environ),
     )
@@ -155,7 +168,8 @@ def _leftover_processes(before: Snapshot) -> list[int]:
     needle = f"{CASE_VAR}={before.marker}".encode()
     own_group = os.getpgid(0)
     found = []
-    for pid in sorted(_pids() - before.pids - {os.getpid()}):
+    reused = {pid for pid, started in before.start_times.items() if _start_time(pid) not in (None, started)}
+    for pid in sorted(((_pids() - before.pids) | reused) - {os.getpid()}):
         stat = _stat(pid)
         if stat is None or stat[0] in ("Z", "X"):
             continue
