@@ -125,6 +125,12 @@ def move_data_to_device(batch: Any, device: torch.device | str | int) -> Any:
     kind = type(batch)
     if kind is torch.Tensor:
         return move(batch)
-    if (kind is list or kind is tuple) and all(type(item) is torch.Tensor for item in batch):
-        return kind(move(item) for item in batch)
+    if kind is list or kind is tuple:
+        moved = []
+        for item in batch:
+            if type(item) is not torch.Tensor:
+                break
+            moved.append(item.to(target, non_blocking=non_blocking))
+        else:
+            return moved if kind is list else tuple(moved)
     return apply_to_collection(batch, _Transferable, move)

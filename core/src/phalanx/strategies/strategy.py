@@ -8,6 +8,7 @@ Strategy subclass in a plugin package, and the Trainer works with it unchanged.
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Generator
 from contextlib import ExitStack, contextmanager
@@ -335,7 +336,7 @@ class Strategy(StrategySteps, StrategyCollectives, StrategyCheckpointing, Strate
         """
         target = device or self.root_device
         module = self._module
-        if module is None:
+        if module is None or (_default_batch_hooks(type(module)) and _BATCH_HOOKS.isdisjoint(module.__dict__)):  # type: ignore[arg-type]
             return self.precision_plugin.convert_input(move_data_to_device(batch, target))
         before = getattr(module, "on_before_batch_transfer", None)
         if callable(before):
@@ -398,3 +399,15 @@ class Strategy(StrategySteps, StrategyCollectives, StrategyCheckpointing, Strate
             f"{type(self).__name__}(accelerator={self._accelerator!r}, "
             f"precision_plugin={self.precision_plugin!r}, checkpoint_io={self.checkpoint_io!r})"
         )
+
+
+#: A hook set on an instance (not its class) also counts: ``_BATCH_HOOKS.isdisjoint(module.__dict__)``.
+_BATCH_HOOKS = frozenset(("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer"))
+
+
+@functools.cache
+def _default_batch_hooks(cls: type) -> bool:
+    """Whether ``cls`` keeps the Module's three batch-transfer hooks (then one move does it all)."""
+    from phalanx.module import Module
+
+    return all(getattr(cls, name, None) is getattr(Module, name) for name in _BATCH_HOOKS)
