@@ -132,6 +132,114 @@ def plot_launch(plt: Any) -> None:
     print("wrote bench_launch.png")
 
 
+#: One colour per strategy in the sweep plots.
+_COLORS = {
+    "ddp": "#555",
+    "fsdp": "#2a7",
+    "deepspeed_stage_2": "#c83",
+    "deepspeed_stage_3": "#c33",
+    "model_parallel": "#36c",
+}
+
+
+def plot_memory_sweep(plt: Any) -> None:
+    """Per-rank bytes vs parameter count per strategy, measured (markers) and planned (dashed), per rank count."""
+    result = _load("memory_sweep")
+    if result is None:
+        return
+    data = result["data"]
+    rank_counts = sorted({r["ranks"] for r in data["results"]})
+    fig, axes = plt.subplots(1, len(rank_counts), figsize=(5.6 * len(rank_counts), 4.4), sharey=True, squeeze=False)
+    for ax, ranks in zip(axes[0], rank_counts):
+        for name in data["strategies"]:
+            rows = sorted(
+                (r for r in data["results"] if r["ranks"] == ranks and r["strategy"] == name), key=lambda r: r["params"]
+            )
+            if not rows:
+                continue
+            xs = [r["params"] for r in rows]
+            color = _COLORS.get(name)
+            ax.plot(xs, [r["measured_live"] / 2**20 for r in rows], "o", color=color, label=name)
+            ax.plot(xs, [r["peak_rss_growth"] / 2**20 for r in rows], "o", mfc="none", ms=9, color=color, alpha=0.6)
+            ax.plot(xs, [r["estimate"]["total"] / 2**20 for r in rows], "--", color=color, lw=1.2)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.grid(True, which="both", lw=0.3, alpha=0.5)
+        ax.set_xlabel("parameters")
+        ax.set_title(f"{ranks} CPU ranks (gloo), AdamW, float32")
+        skipped = [x for x in data.get("left_out", []) if f" x{ranks} " in x]
+        if skipped:
+            ax.text(0.02, 0.98, "not run: " + "\n".join(skipped), transform=ax.transAxes, fontsize=6.5, va="top")
+    axes[0][0].set_ylabel("MiB per rank")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    handles += [
+        plt.Line2D([], [], color="k", marker="o", ls=""),
+        plt.Line2D([], [], color="k", marker="o", mfc="none", ls=""),
+        plt.Line2D([], [], color="k", ls="--"),
+    ]
+    labels += ["measured: live tensors", "measured: peak RSS growth", "planner estimate (phalanx plan)"]
+    axes[0][-1].legend(handles, labels, fontsize=7, loc="lower right")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    _stamp(fig, result)
+    fig.savefig(RESULTS / "bench_memory_sweep.png", dpi=110)
+    print("wrote bench_memory_sweep.png")
+
+
+def plot_estimate_vs_measured(plt: Any) -> None:
+    """The planner's per-rank estimate against the measured bytes, every point of the sweep, with a +-10 % band."""
+    result = _load("memory_sweep")
+    if result is None:
+        return
+    rows = result["data"]["results"]
+    if not rows:
+        return
+    fig, (ax, rax) = plt.subplots(1, 2, figsize=(11, 4.8))
+    measured = [r[k] / 2**20 for r in rows for k in ("measured_live", "peak_rss_growth")]
+    low, high = min(measured) / 1.5, max(measured) * 1.5
+    line = [low, high]
+    ax.fill_between(line, [v * 0.9 for v in line], [v * 1.1 for v in line], color="#ddd", label="+-10 %")
+    ax.plot(line, line, "k-", lw=0.8, label="estimate = measured")
+    markers = {2: "o", 4: "s"}
+    for name in result["data"]["strategies"]:
+        for ranks in sorted({r["ranks"] for r in rows}):
+            mine = [r for r in rows if r["strategy"] == name and r["ranks"] == ranks]
+            if mine:
+                ys = [r["estimate"]["total"] / 2**20 for r in mine]
+                style = {
+                    "marker": markers.get(ranks, "^"),
+                    "ls": "",
+                    "color": _COLORS.get(name),
+                    "ms": 6,
+                    "alpha": 0.85,
+                }
+                for key, extra in (("measured_live", {}), ("peak_rss_growth", {"mfc": "none", "alpha": 0.6})):
+                    xs = [r[key] / 2**20 for r in mine]
+                    label = f"{name}, {ranks} ranks" if key == "measured_live" else None
+                    ax.plot(xs, ys, label=label, **{**style, **extra})
+                    rax.plot(xs, [y / x for x, y in zip(xs, ys)], **{**style, **extra})
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
+    ax.grid(True, which="both", lw=0.3, alpha=0.5)
+    ax.set_xlabel("measured MiB per rank (filled: live tensors; hollow: peak RSS growth)")
+    ax.set_ylabel("planner estimate MiB per rank (phalanx plan total)")
+    ax.set_title("estimate vs measured, memory sweep")
+    ax.legend(fontsize=6.5, loc="upper left", ncol=1)
+    rax.axhspan(0.9, 1.1, color="#ddd")
+    rax.axhline(1.0, color="k", lw=0.8)
+    rax.set_xscale("log")
+    rax.set_xlim(low, high)
+    rax.grid(True, which="both", lw=0.3, alpha=0.5)
+    rax.set_xlabel("measured MiB per rank")
+    rax.set_ylabel("estimate / measured")
+    rax.set_title("as a ratio (filled: live tensors, hollow: peak RSS)")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    _stamp(fig, result)
+    fig.savefig(RESULTS / "bench_estimate_vs_measured.png", dpi=110)
+    print("wrote bench_estimate_vs_measured.png")
+
+
 def main() -> int:
     """Draw every plot whose results exist."""
     import matplotlib
@@ -139,7 +247,7 @@ def main() -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    for plot in (plot_overhead, plot_memory, plot_launch):
+    for plot in (plot_overhead, plot_memory, plot_launch, plot_memory_sweep, plot_estimate_vs_measured):
         plot(plt)
     return 0
 
