@@ -65,7 +65,7 @@ def test_preemption_checkpoints_exits_143_and_resumes_exactly(tmp_path: Path, ca
     steps = {int(line.split("preempted at step ")[1].split(";")[0]) for line in stopped}
     assert len(stopped) == 2 and len(steps) == 1, f"ranks did not stop at the same step: {stopped}"
     stop_step = steps.pop()
-    assert 3 <= stop_step <= 5, stop_step
+    assert 3 <= stop_step <= 6, stop_step  # one check after the signal: the agreement is read a step late
     code, resume = run_job(
         tmp_path, "preempt.py", "resume", strategy, str(tmp_path), timeout=240, name="resume", env=job_env()
     )

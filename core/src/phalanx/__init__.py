@@ -8,7 +8,6 @@ import this package without paying for torch.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
 from phalanx import registry as _registry
 
@@ -24,7 +23,10 @@ _LAZY = {
     "hookimpl": "phalanx.hookspecs:hookimpl",
 }
 
+TYPE_CHECKING = False  # typing's own flag, without importing typing (mypy reads this name as True)
 if TYPE_CHECKING:
+    from typing import Any
+
     from phalanx.hookspecs import hookimpl
     from phalanx.module import Module
     from phalanx.trainer.trainer import Trainer

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import TypeVar
+
+TYPE_CHECKING = False  # typing's own flag, without importing typing (mypy reads this name as True)
+if TYPE_CHECKING:
+    from typing import TypeVar
 
 __all__ = ["install_hint", "likely_provider", "providing_distribution"]
 
-_Candidate = TypeVar("_Candidate")
+if TYPE_CHECKING:
+    _Candidate = TypeVar("_Candidate")
 
 # Name prefixes of the first-party plugin packages, longest match wins.
 _NAME_PREFIXES: dict[str, str] = {

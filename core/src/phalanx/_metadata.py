@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import TYPE_CHECKING
+
+TYPE_CHECKING = False  # typing's own flag, without importing typing (mypy reads this name as True)
 
 if TYPE_CHECKING:
     from importlib.metadata import Distribution, EntryPoint

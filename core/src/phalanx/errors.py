@@ -7,7 +7,6 @@ exception a caller would naturally catch (``ValueError``, ``KeyError``, ``Import
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 __all__ = [
@@ -54,5 +53,7 @@ class CheckpointError(PhalanxError, ValueError):
 
 def closest_match(value: str, choices: Iterable[str]) -> str | None:
     """Return the choice most similar to ``value`` or ``None`` when nothing is close."""
+    import difflib  # imported when an error is being written, not with phalanx
+
     matches = difflib.get_close_matches(str(value), list(choices), n=1, cutoff=0.6)
     return matches[0] if matches else None

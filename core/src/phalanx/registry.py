@@ -20,11 +20,14 @@ import contextvars
 import importlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from phalanx import _metadata
 from phalanx._hints import install_hint, likely_provider, providing_distribution
 from phalanx.errors import MisconfigurationError, PluginUnavailableError, UnknownNameError, closest_match
+
+TYPE_CHECKING = False  # typing's own flag, without importing typing (mypy reads this name as True)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "AcceleratorRegistry",
