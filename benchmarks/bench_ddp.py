@@ -10,12 +10,7 @@ Everything trains the same MLP on the same data with 2 CPU processes (gloo, OMP_
    other programs hit both alike. Reported: median wall-clock and CPU step times and the fastest
    step's CPU time (the least disturbed measurement on a shared machine), with their ratios
    (target <= 1.02).
-2. Per-step overhead on a framework-bound tiny model (Linear 32->32->4, batch 8), under ``torchrun``:
-   the plain DDP loop, ``Trainer(strategy="ddp")`` and, when ``pytorch_lightning`` is installed,
-   Lightning's ``Trainer(strategy="ddp")``, alternating (the order rotates) ``--repeat`` times in
-   the same workers. Reported: microseconds per step over the plain loop, and phalanx's overhead
-   as a fraction of Lightning's (target <= 0.1).
-3. Launch-to-first-step: from starting the command to the *slowest* rank's first training step
+2. Launch-to-first-step: from starting the command to the *slowest* rank's first training step
    (process creation, imports, rendezvous, wrapping), for ``torchrun`` + the plain loop and for a
    plain ``python script.py`` with ``ddp``, ``ddp_spawn`` and ``ddp_fork``; median of
    ``--repeat`` runs, ratio to torchrun.
@@ -44,6 +39,7 @@ _CASES = ("torchrun", "ddp", "ddp_spawn", "ddp_fork")
 
 
 # ---------------------------------------------------------------- what runs in the ranks
+# (bench_ddp_overhead.py imports _WARMUP, _now, _run and _exit_skipping_shutdown from here)
 class Bench(phalanx.Module):
     """The benchmark model; at module level so that ddp_spawn can pickle it."""
 
@@ -169,135 +165,6 @@ def _exit_skipping_shutdown() -> None:
     os._exit(0)
 
 
-# ---------------------------------------------------------------- tiny model: per-step overhead
-_TINY = ((32, 32, 4), 8)  # layer widths and batch size, as in bench_trainer_overhead.py
-
-
-def _tiny_net() -> Any:
-    from torch import nn
-
-    (a, b, c), _ = _TINY
-    return nn.Sequential(nn.Linear(a, b), nn.ReLU(), nn.Linear(b, c))
-
-
-def _tiny_data(steps: int, world: int) -> Any:
-    from torch.utils.data import TensorDataset
-
-    (a, _, c), batch = _TINY
-    g = torch.Generator().manual_seed(0)
-    n = batch * steps * world
-    return TensorDataset(torch.randn(n, a, generator=g), torch.randn(n, c, generator=g))
-
-
-class TinyBench(phalanx.Module):
-    """The tiny model under phalanx; stamps each step's start."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = _tiny_net()
-        self.stamps: list[tuple[float, float]] = []
-
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
-        self.stamps.append(_now())
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.net(x), y)
-
-    def configure_optimizers(self) -> Any:
-        return torch.optim.SGD(self.parameters(), lr=0.01)
-
-
-def _tiny_plain(steps: int) -> list[tuple[float, float]]:
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
-    from torch.utils.data import DataLoader, DistributedSampler
-
-    model = DistributedDataParallel(_tiny_net())
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    dataset = _tiny_data(steps, dist.get_world_size())
-    stamps: list[tuple[float, float]] = []
-    for x, y in DataLoader(dataset, batch_size=_TINY[1], sampler=DistributedSampler(dataset, seed=0)):
-        stamps.append(_now())
-        optimizer.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        optimizer.step()
-    stamps.append(_now())
-    return stamps
-
-
-def _tiny_phalanx(steps: int, devices: int) -> list[tuple[float, float]]:
-    from torch.utils.data import DataLoader
-
-    trainer = phalanx.Trainer(
-        accelerator="cpu", devices=devices, strategy="ddp", max_epochs=1, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False,
-    )
-    module = TinyBench()
-    trainer.fit(module, DataLoader(_tiny_data(steps, devices), batch_size=_TINY[1], shuffle=True))
-    return module.stamps
-
-
-def _tiny_lightning(steps: int, devices: int) -> list[tuple[float, float]]:
-    import pytorch_lightning as pl
-    from torch.utils.data import DataLoader
-
-    class LitTiny(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = _tiny_net()
-            self.stamps: list[tuple[float, float]] = []
-
-        def training_step(self, batch: Any, batch_idx: int) -> Any:
-            self.stamps.append(_now())
-            x, y = batch
-            return torch.nn.functional.mse_loss(self.net(x), y)
-
-        def configure_optimizers(self) -> Any:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-    trainer = pl.Trainer(
-        accelerator="cpu", devices=devices, strategy="ddp", max_epochs=1, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-    )
-    module = LitTiny()
-    trainer.fit(module, DataLoader(_tiny_data(steps, devices), batch_size=_TINY[1], shuffle=True))
-    return module.stamps
-
-
-def _lightning_installed() -> bool:
-    try:
-        import pytorch_lightning  # noqa: F401
-    except ImportError:
-        return False
-    import logging
-    import warnings
-
-    warnings.filterwarnings("ignore")  # Lightning's "no workers" advice would flood the workers' output
-    for name in ("pytorch_lightning", "lightning.pytorch", "lightning.fabric"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    return True
-
-
-def run_tiny(out: str, steps: int, repeat: int, devices: int) -> None:
-    """Alternate the tiny model's plain / phalanx / Lightning blocks in the same torchrun workers."""
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo")
-    torch.manual_seed(0)
-    runners = {"plain": lambda: _tiny_plain(steps), "phalanx": lambda: _tiny_phalanx(steps, devices)}
-    if _lightning_installed():
-        runners["lightning"] = lambda: _tiny_lightning(steps, devices)
-    names = list(runners)
-    blocks: dict[str, list[list[tuple[float, float]]]] = {name: [] for name in names}
-    for index in range(repeat):
-        for name in names[index % len(names) :] + names[: index % len(names)]:  # rotate the order
-            blocks[name].append(runners[name]())
-    if dist.get_rank() == 0:
-        with open(os.path.join(out, "tiny.json"), "w") as fh:
-            json.dump(blocks, fh)
-    dist.barrier()
-    dist.destroy_process_group()
-
-
 # ---------------------------------------------------------------- the harness
 def _run(command: list[str]) -> None:
     subprocess.run(command, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL)
@@ -342,10 +209,9 @@ def main() -> int:
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=5, help="blocks / launches per case (medians are reported)")
     parser.add_argument("--cases", nargs="+", default=list(_CASES), choices=_CASES)
-    parser.add_argument("--parts", nargs="+", default=["steps", "tiny", "launch"], choices=("steps", "tiny", "launch"))
-    parser.add_argument("--tiny-steps", type=int, default=1000, help="steps per block of the tiny-model part")
+    parser.add_argument("--parts", nargs="+", default=["steps", "launch"], choices=("steps", "launch"))
     parser.add_argument("--quick", action="store_true", help="a few steps of the step-time part: proves it runs")
-    parser.add_argument("--role", choices=("plain", "phalanx", "interleaved", "tiny"), help=argparse.SUPPRESS)
+    parser.add_argument("--role", choices=("plain", "phalanx", "interleaved"), help=argparse.SUPPRESS)
     parser.add_argument("--strategy", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -358,12 +224,8 @@ def main() -> int:
     if args.role == "interleaved":
         run_interleaved(args.out, args.width, args.steps, args.repeat, args.devices)
         _exit_skipping_shutdown()
-    if args.role == "tiny":
-        run_tiny(args.out, args.tiny_steps, args.repeat, args.devices)
-        _exit_skipping_shutdown()
     if args.quick:
-        args.steps, args.repeat, args.width, args.parts = _WARMUP + 4, 1, 64, ["steps", "tiny"]
-        args.tiny_steps = _WARMUP + 10
+        args.steps, args.repeat, args.width, args.parts = _WARMUP + 4, 1, 64, ["steps"]
     print(f"{args.devices} CPU processes, gloo, OMP_NUM_THREADS=1, MLP width {args.width}, batch 64")
     rows: list[Row] = []
     data: dict[str, Any] = {"devices": args.devices, "width": args.width}
@@ -373,13 +235,6 @@ def main() -> int:
         r = spread(ratios)
         rows.append(Row(f"{args.devices}-rank ddp MLP step-time ratio phalanx / plain DDP (wall)", r.median, 1.02, "x",
                         low=r.low, high=r.high))
-    if "tiny" in args.parts:
-        tiny = _report_tiny(args)
-        data["tiny_overhead_us"] = tiny
-        if tiny.get("lightning"):
-            ours, theirs = statistics.median(tiny["phalanx"]), statistics.median(tiny["lightning"])
-            rows.append(Row(f"{args.devices}-rank ddp tiny-model per-step overhead, phalanx / Lightning (wall)",
-                            ours / theirs, 0.1, "x", note=f"{ours:.0f} us vs {theirs:.0f} us over plain DDP"))
     if "launch" in args.parts:
         launches = _report_launches(args)
         data["launch_seconds"] = launches
@@ -419,29 +274,6 @@ def _report_steps(args: argparse.Namespace) -> list[float]:
     shown = ", ".join(f"{r:.2f}" for r in pairs)
     print(f"  median wall-clock ratio per block pair (their spread is the noise of the machine): {shown}")
     return pairs
-
-
-def _report_tiny(args: argparse.Namespace) -> dict[str, list[float]]:
-    """Per-step overhead (us) of phalanx and Lightning over the plain DDP loop, paired per repetition."""
-    with tempfile.TemporaryDirectory() as out:
-        launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.devices}"]
-        common = ["--tiny-steps", str(args.tiny_steps), "--repeat", str(args.repeat), "--devices", str(args.devices)]
-        _run([*launch, os.path.abspath(__file__), "--role", "tiny", "--out", out, *common])
-        blocks = json.loads(Path(out, "tiny.json").read_text())
-
-    def per_step_us(stamps: list[list[float]]) -> float:
-        (w0, _), (w1, _) = stamps[_WARMUP], stamps[-1]
-        return 1e6 * (w1 - w0) / (len(stamps) - 1 - _WARMUP)
-
-    times = {name: [per_step_us(b) for b in runs] for name, runs in blocks.items()}
-    overhead = {name: [t - p for t, p in zip(runs, times["plain"])] for name, runs in times.items() if name != "plain"}
-    print(f"\ntiny model (Linear 32->32->4, batch 8), {args.repeat} alternating blocks of {args.tiny_steps} steps")
-    for name, runs in times.items():
-        extra = f"   overhead {statistics.median(overhead[name]):7.1f} us" if name in overhead else ""
-        print(f"  {name:<10} {statistics.median(runs):8.1f} us/step (median of blocks){extra}")
-    if "lightning" not in overhead:
-        print("  (pytorch_lightning is not installed: no Lightning rows; `nox -s bench` installs it)")
-    return overhead
 
 
 def _report_launches(args: argparse.Namespace) -> dict[str, list[float]]:
