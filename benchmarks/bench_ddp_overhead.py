@@ -47,8 +47,8 @@ def _tiny_data(steps: int, world: int) -> Any:
     return TensorDataset(torch.randn(n, a, generator=g), torch.randn(n, c, generator=g))
 
 
-class TinyBench(phalanx.Module):
-    """The tiny model under phalanx; stamps each step's start."""
+class _TinySteps:
+    """The tiny model's steps, the same under phalanx and Lightning; stamps each step's start."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -61,7 +61,11 @@ class TinyBench(phalanx.Module):
         return torch.nn.functional.mse_loss(self.net(x), y)
 
     def configure_optimizers(self) -> Any:
-        return torch.optim.SGD(self.parameters(), lr=0.01)
+        return torch.optim.SGD(self.net.parameters(), lr=0.01)
+
+
+class TinyBench(_TinySteps, phalanx.Module):
+    """The tiny model under phalanx."""
 
 
 def _tiny_plain(steps: int) -> list[tuple[float, float]]:
@@ -98,19 +102,8 @@ def _tiny_lightning(steps: int, devices: int) -> list[tuple[float, float]]:
     import pytorch_lightning as pl
     from torch.utils.data import DataLoader
 
-    class LitTiny(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = _tiny_net()
-            self.stamps: list[tuple[float, float]] = []
-
-        def training_step(self, batch: Any, batch_idx: int) -> Any:
-            self.stamps.append(_now())
-            x, y = batch
-            return torch.nn.functional.mse_loss(self.net(x), y)
-
-        def configure_optimizers(self) -> Any:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
+    class LitTiny(_TinySteps, pl.LightningModule):
+        """The tiny model under Lightning."""
 
     trainer = pl.Trainer(
         accelerator="cpu", devices=devices, strategy="ddp", max_epochs=1, logger=False,

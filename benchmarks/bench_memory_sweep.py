@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from _bench import Row, finish
+from _sweep_model import BATCH, estimate, overrides, params_of, stack
 
 STRATEGIES = ("ddp", "fsdp", "deepspeed_stage_2", "deepspeed_stage_3", "model_parallel")
 #: (layers, width): 1.05M, 10.5M, 50.4M, 201M parameters.
@@ -62,7 +63,6 @@ QUICK_SIZES = ((2, 128),)
 #: Run first in every launch and not recorded: one-time costs (gloo buffers, lazy imports) are
 #: then not charged to the first measured size.
 WARM_UP = (2, 64)
-BATCH = 4  # rows per rank: activations stay negligible next to the model states
 MiB = 2**20
 #: Resident memory of one rank before its model exists (torch, deepspeed, gloo), for the RAM check.
 PROCESS_BYTES = 700 * MiB
@@ -71,62 +71,6 @@ TIMEOUT = 300.0
 #: weights on every rank stop at 50M (ddp at 200M: 4 x 3.8 GiB on a shared 24 GiB machine, and
 #: the time: the full sweep must stay under 12 minutes on 2 cores).
 TOP_PARAMS = {(4, "ddp"): 60_000_000, (4, "deepspeed_stage_2"): 60_000_000}
-
-
-def stack(layers: int, width: int) -> Any:
-    """The measured model: ``layers`` x (Linear(width, width), ReLU)."""
-    from torch import nn
-
-    blocks: list[nn.Module] = []
-    for _ in range(layers):
-        blocks += [nn.Linear(width, width), nn.ReLU()]
-    return nn.Sequential(*blocks)
-
-
-def params_of(layers: int, width: int) -> int:
-    return layers * (width * width + width)
-
-
-def overrides(name: str, width: int, ranks: int) -> dict[str, Any]:
-    """Strategy parameters beyond the registered ones (see the module docstring), for run and estimate."""
-    if name == "ddp":
-        return {"gradient_as_bucket_view": True}
-    if name == "fsdp":
-        from torch import nn
-
-        return {"auto_wrap_policy": {nn.Linear}}
-    if name.startswith("deepspeed_stage_"):
-        layer = width * width
-        tuned = {"reduce_bucket_size": layer, "allgather_bucket_size": layer}
-        if name.endswith("3"):
-            tuned |= {
-                "stage3_prefetch_bucket_size": layer,
-                "stage3_max_live_parameters": 2 * layer,
-                "stage3_max_reuse_distance": layer,
-            }
-        return tuned
-    if name == "model_parallel":
-        return {"data_parallel_size": ranks // 2, "tensor_parallel_size": 2}
-    return {}
-
-
-def estimate(name: str, layers: int, width: int, ranks: int) -> dict[str, int]:
-    """The installed plugins' estimate of one rank, as ``phalanx plan`` computes it."""
-    from phalanx.memory import MemoryRequest, build_on_meta, estimate_memory, summarize_model
-    from phalanx.registry import StrategyRegistry
-
-    entry = StrategyRegistry.entry(name)
-    summary = summarize_model(build_on_meta(lambda: stack(layers, width)), input_shape=(BATCH, width))
-    params = {**entry.init_params, **overrides(name, width, ranks)}
-    found = estimate_memory(MemoryRequest(name, entry.target_path, params, summary, devices=ranks))
-    if found is None:
-        msg = f"no installed plugin estimates {name!r}"
-        raise SystemExit(msg)
-    return {
-        k: v or 0
-        for k, v in found.as_dict().items()
-        if k in ("parameters", "gradients", "optimizer_states", "activations", "other", "total")
-    }
 
 
 # ----------------------------------------------------------------------------------------- ranks
