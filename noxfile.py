@@ -28,8 +28,26 @@ nox.options.sessions = ["tests-core", *[f"tests-{p}" for p in PACKAGES], "integr
 DOCS_DEPS = ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10", "mkdocstrings[python]>=0.26"]
 
 
-def _install_torch(session: nox.Session, torch: str = TORCH) -> None:
-    session.install(torch)
+def _install_torch(session: nox.Session) -> None:
+    """Put one shared install of TORCH on this session's path instead of installing it again.
+
+    torch is most of every session's venv (about 0.9 GB, 30 s to install); the first session of a
+    run installs it with `pip --target` into .nox/shared-<spec>/ and each session adds that folder
+    to its site-packages with a .pth file, so pip sees torch as installed and the sessions' own
+    packages still go into their own venvs. The xla session keeps its own torch (torch-xla pins it).
+    """
+    shared = ROOT / ".nox" / ("shared-" + "".join(c if c.isalnum() or c in ".-" else "_" for c in TORCH))
+    complete = shared / ".complete"
+    if not complete.exists():
+        if shared.exists():  # an install that was cut off: start again
+            session.run("python", "-c", f"import shutil; shutil.rmtree({str(shared)!r})")
+        session.run("python", "-m", "pip", "install", "--quiet", "--target", str(shared), TORCH)
+        complete.touch()
+    purelib = session.run(
+        "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True
+    )
+    assert isinstance(purelib, str)
+    Path(purelib.strip(), "_shared_torch.pth").write_text(f"{shared}\n")
 
 
 def _install_package(session: nox.Session, name: str) -> None:
@@ -94,7 +112,8 @@ def xla(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff, mypy on the core, and the layering rule (core imports no plugin; _plugin.py no torch)."""
-    session.install("ruff", "mypy", TORCH, "pluggy", "packaging")
+    _install_torch(session)
+    session.install("ruff", "mypy", "pluggy", "packaging")
     session.run("ruff", "check", "core", "packages", "tests", "tools", "examples", "benchmarks", "noxfile.py")
     session.run("python", "tools/check_layering.py")
     session.run("mypy", "core/src/phalanx")
@@ -136,7 +155,7 @@ def bench(session: nox.Session) -> None:
     depends on it.
     """
     _install_torch(session)
-    session.install("./core", "psutil", "matplotlib", "pytorch-lightning>=2.6,<2.7", TORCH)
+    session.install("./core", "psutil", "matplotlib", "pytorch-lightning>=2.6,<2.7")
     for name in PACKAGES:  # every plugin: `phalanx strategies` is timed with all of them installed
         _install_package(session, name)
     session.install("./tests/plugins/phalanx-testplugin")
