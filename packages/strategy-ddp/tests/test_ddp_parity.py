@@ -133,6 +133,7 @@ def test_ddp_reruns_script_and_matches_plain_loop(runs: dict[str, Path], referen
     assert results[0]["pid"] != results[1]["pid"]
     assert results[0]["launcher"] == "SubprocessScriptLauncher"
     for result in results:
+        assert result["direct_step"]  # the loop's direct step, through the DDP wrapper: still bit-identical
         _assert_same(_weights(result), reference)
         # validate ran afterwards in the same processes, on a fresh process group
         assert result["validate"] == results[0]["validate"]

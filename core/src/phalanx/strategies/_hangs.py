@@ -31,15 +31,21 @@ def is_collective_timeout(error: BaseException) -> bool:
 
 
 def _operation(error: BaseException) -> str:
-    """The innermost phalanx (or strategy-package) function on the traceback: what the rank was doing."""
+    """What the rank was doing: the innermost phalanx (or strategy-package) function on the
+    traceback, or ``backward`` when that function was running autograd's backward pass (the
+    loop's direct step calls ``loss.backward()`` from its closure)."""
     name = "a collective"
+    in_backward = False
     tb = error.__traceback__
     while tb is not None:
         code = tb.tb_frame.f_code
-        if "/phalanx" in code.co_filename.replace("\\", "/"):
-            name = code.co_name
+        filename = code.co_filename.replace("\\", "/")
+        if "/phalanx" in filename:
+            name, in_backward = code.co_name, False
+        elif code.co_name == "backward" and "/torch/" in filename:
+            in_backward = True
         tb = tb.tb_next
-    return name
+    return "backward" if in_backward else name
 
 
 def new_check_in_group() -> dist.ProcessGroup | None:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from phalanx.errors import MisconfigurationError
+from phalanx.strategies._hooks import StrategyHooks
 from phalanx.trainer.checkpointing import capture_rng, restore_rng
 from phalanx.trainer.data import (
     generators_of,
@@ -23,7 +24,7 @@ from phalanx.trainer.data import (
     prepare_loader,
     set_sampler_epoch,
 )
-from phalanx.trainer.optimization import run_automatic
+from phalanx.trainer.optimization import direct_step, run_automatic, run_direct
 from phalanx.trainer.preemption import Preemption
 from phalanx.trainer.state import RunningStage
 
@@ -67,6 +68,8 @@ class FitLoop:
         self._rng_before_val: dict[str, Any] | None = None
         self._resume: dict[str, Any] | None = None
         self._last_logged_step = -1
+        self._direct: Any = None  # the step run_direct calls, when it replaces the layered step
+        self._strategy_batch_hook = True
         self.preemption = Preemption(trainer)
 
     # ------------------------------------------------------------------ state
@@ -174,6 +177,9 @@ class FitLoop:
             return
         trainer._call_hooks("on_train_start")
         trainer.strategy.on_train_start()
+        self._direct = direct_step(trainer)
+        hook = type(trainer.strategy).on_train_batch_start
+        self._strategy_batch_hook = hook is not StrategyHooks.on_train_batch_start  # a no-op is not called
         while not self.done:
             self.run_epoch()
         trainer._call_hooks("on_train_end")
@@ -248,11 +254,16 @@ class FitLoop:
         connector.begin_batch(batch)
         if "on_train_batch_start" in live and trainer._call_hooks("on_train_batch_start", batch, batch_idx) == -1:
             return True
-        strategy.on_train_batch_start(batch, batch_idx)
+        if self._strategy_batch_hook:
+            strategy.on_train_batch_start(batch, batch_idx)
         steps_before = self.global_step
         if trainer._module.automatic_optimization:
-            step_now = is_last or (batch_idx + 1) % trainer.accumulate_grad_batches == 0
-            outputs = run_automatic(trainer, batch, batch_idx, step_now=step_now)
+            if self._direct is not None:
+                step_now = True  # no accumulation on this path
+                outputs = run_direct(trainer, self._direct, batch, batch_idx)
+            else:
+                step_now = is_last or (batch_idx + 1) % trainer.accumulate_grad_batches == 0
+                outputs = run_automatic(trainer, batch, batch_idx, step_now=step_now)
             if step_now:
                 self.global_step += 1
                 if strategy.lr_scheduler_configs:

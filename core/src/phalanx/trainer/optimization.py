@@ -9,18 +9,22 @@ directly under ``strategy.block_backward_sync()`` (DDP skips the gradient all-re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.optim import Optimizer
 
 from phalanx.errors import MisconfigurationError
+from phalanx.precision.precision import Precision
+from phalanx.strategies._redirect import call_through_wrapper
+from phalanx.strategies._steps import StrategySteps
 
 if TYPE_CHECKING:
     from phalanx.trainer.trainer import Trainer
 
-__all__ = ["StepOptimizer", "TrainingStep", "run_automatic"]
+__all__ = ["StepOptimizer", "TrainingStep", "direct_step", "run_automatic", "run_direct"]
 
 
 class StepOptimizer:
@@ -105,9 +109,11 @@ class TrainingStep:
         strategy = trainer._strategy
         trainer._current_fx = "training_step"
         output = strategy.training_step(self.batch, self.batch_idx)
+        detached = None
         if type(output) is torch.Tensor:  # the common case, without the general checks' calls
             loss: torch.Tensor | None = output
-            self.outputs = {"loss": output.detach()}
+            detached = output.detach()
+            self.outputs = {"loss": detached}
         else:
             loss = _loss_of(output)
             self.outputs = _detached_outputs(output, loss)
@@ -126,7 +132,7 @@ class TrainingStep:
         strategy.backward(loss, self.optimizer)
         if "on_after_backward" in live:
             trainer._call_hooks("on_after_backward")
-        return loss.detach()
+        return detached if self.divisor == 1 and detached is not None else loss.detach()
 
 
 def run_automatic(trainer: Trainer, batch: Any, batch_idx: int, *, step_now: bool) -> Any:
@@ -162,3 +168,101 @@ def run_automatic(trainer: Trainer, batch: Any, batch_idx: int, *, step_now: boo
         with strategy.block_backward_sync():
             closure()
     return closure.outputs
+
+
+#: The layers between the fit loop and ``optimizer.step`` that only pass a step through when they
+#: are at their defaults: the strategy's and the precision's step methods, the Module's step hooks.
+_STRATEGY_STEP_METHODS = ("optimizer_step", "backward", "pre_backward", "post_backward", "training_step", "_step")
+_PRECISION_STEP_METHODS = (
+    "optimizer_step",
+    "_wrap_closure",
+    "_after_closure",
+    "backward",
+    "pre_backward",
+    "post_backward",
+    "train_step_context",
+    "forward_context",
+)
+_MODULE_STEP_METHODS = ("optimizer_step", "optimizer_zero_grad")
+_STEP_HOOKS = ("on_before_zero_grad", "on_before_backward", "on_after_backward", "on_before_optimizer_step")
+
+
+def _at_default(obj: Any, base: type, names: tuple[str, ...]) -> bool:
+    cls = type(obj)
+    return all(getattr(cls, name) is getattr(base, name) and name not in vars(obj) for name in names)
+
+
+def direct_step(trainer: Trainer) -> Callable[..., Any] | None:
+    """What :func:`run_direct` calls for ``training_step`` in this fit, or None for the layered step.
+
+    Not None when every layer of the step would only pass it through: automatic optimization
+    without accumulation or gradient clipping, no step hook with anything to call, the strategy's
+    and the precision's step methods inherited unchanged (so 32-true), and the Module's
+    ``optimizer_step`` / ``optimizer_zero_grad`` not overridden. Then the step is the Module's
+    ``training_step``, called through the strategy's ``forward_wrapper`` when it has one (DDP's
+    wrapper, an FSDP2 module) exactly as the layered step calls it. Decided once, when training
+    starts; anything customised keeps the layered path.
+    """
+    from phalanx.module import Module
+
+    strategy = trainer._strategy
+    module = trainer._module
+    precision = strategy.precision_plugin
+    direct = (
+        module is not None
+        and module.automatic_optimization
+        and trainer.accumulate_grad_batches == 1
+        and not trainer.gradient_clip_val
+        and not trainer._custom_clipping
+        and trainer._live_hooks.isdisjoint(_STEP_HOOKS)
+        and isinstance(strategy, StrategySteps)
+        and _at_default(strategy, StrategySteps, _STRATEGY_STEP_METHODS)
+        and isinstance(precision, Precision)
+        and _at_default(precision, Precision, _PRECISION_STEP_METHODS)
+        and isinstance(module, Module)
+        and _at_default(module, Module, _MODULE_STEP_METHODS)
+    )
+    if not direct:
+        return None
+    wrapper = strategy.forward_wrapper
+    if wrapper is None:
+        return module.training_step  # type: ignore[union-attr]
+    return partial(call_through_wrapper, wrapper, module, "training_step")
+
+
+def run_direct(trainer: Trainer, step: Callable[..., Any], batch: Any, batch_idx: int) -> Any:
+    """:func:`run_automatic` with the pass-through layers left out (see :func:`direct_step`).
+
+    The same calls in the same order, as Lightning makes them: ``optimizer.step(closure)``, and in
+    the closure ``training_step``, ``optimizer.zero_grad()``, ``loss.backward()``. The per-step
+    call-count test in core/tests holds the fit loop to this path's cost.
+    """
+    optimizer = trainer._optimizers[0]
+    outputs: Any = _noop
+
+    def closure() -> torch.Tensor | None:
+        nonlocal outputs
+        output = step(batch, batch_idx)
+        if type(output) is torch.Tensor:
+            detached = output.detach()
+            outputs = {"loss": detached}
+            optimizer.zero_grad()
+            output.backward()
+            return detached
+        loss = _loss_of(output)
+        outputs = _detached_outputs(output, loss)
+        optimizer.zero_grad()
+        if loss is None:
+            return None
+        loss.backward()
+        return loss.detach()
+
+    trainer._current_fx = "training_step"
+    optimizer.step(closure=closure)  # type: ignore[arg-type]  # torch's stub says float; a tensor is what it returns
+    if outputs is _noop:
+        msg = (
+            f"{type(optimizer).__name__}.step() returned without calling its closure, so training_step and "
+            "backward never ran; an optimizer used with automatic optimization must call closure() in step()."
+        )
+        raise MisconfigurationError(msg)
+    return outputs

@@ -92,6 +92,7 @@ class Preemption:
         self._last_checked = -1
         self._active = False  # signals are caught (fit runs, preemption not turned off)
         self._pending: Any = None  # (async all-reduce work, its tensor) started at the previous check
+        self._distributed = False  # more than one process must agree (read once, when armed)
 
     # ------------------------------------------------------------------ signals
     def _signals(self) -> list[signal.Signals]:
@@ -127,6 +128,7 @@ class Preemption:
         # The same on every rank (same environment, fit from the main thread), so the collective
         # in should_stop is either run by all ranks or by none.
         self._active = bool(previous)
+        self._distributed = self.trainer.strategy.world_size > 1
         self._pending = None
         try:
             yield
@@ -148,8 +150,7 @@ class Preemption:
             return False
         self._last_checked = global_step
         trainer = self.trainer
-        strategy = trainer.strategy
-        stop = self._agree(strategy) if strategy.world_size > 1 else self.requested is not None
+        stop = self._agree(trainer.strategy) if self._distributed else self.requested is not None
         if not stop:
             return False
         self.preempted = True
