@@ -336,7 +336,7 @@ class Strategy(StrategySteps, StrategyCollectives, StrategyCheckpointing, Strate
         """
         target = device or self.root_device
         module = self._module
-        if module is None or (_default_batch_hooks(type(module)) and _BATCH_HOOKS.isdisjoint(module.__dict__)):  # type: ignore[arg-type]
+        if module is None or (_default_batch_hooks(type(module)) and not _hooks_on_instance(module)):  # type: ignore[arg-type]
             return self.precision_plugin.convert_input(move_data_to_device(batch, target))
         before = getattr(module, "on_before_batch_transfer", None)
         if callable(before):
@@ -403,6 +403,16 @@ class Strategy(StrategySteps, StrategyCollectives, StrategyCheckpointing, Strate
 
 #: A hook set on an instance (not its class) also counts: ``_BATCH_HOOKS.isdisjoint(module.__dict__)``.
 _BATCH_HOOKS = frozenset(("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer"))
+
+
+def _hooks_on_instance(module: nn.Module) -> bool:
+    """Whether a batch-transfer hook was assigned on the instance (three look-ups, not a walk of its dict)."""
+    attributes = module.__dict__
+    return (
+        "on_before_batch_transfer" in attributes
+        or "transfer_batch_to_device" in attributes
+        or "on_after_batch_transfer" in attributes
+    )
 
 
 @functools.cache
