@@ -128,7 +128,7 @@ def _cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
-def finish(name: str, rows: list[Row], data: dict[str, Any], *, quick: bool) -> int:
+def finish(name: str, rows: list[Row], data: dict[str, Any], *, quick: bool, partial: bool = False) -> int:
     """Print the target rows, record results (not in quick mode) and return the exit status.
 
     Args:
@@ -136,6 +136,8 @@ def finish(name: str, rows: list[Row], data: dict[str, Any], *, quick: bool) -> 
         rows: The target rows of this script.
         data: Everything else worth plotting (raw samples, per-variant numbers).
         quick: A smoke run: print, but record nothing and never fail on a target.
+        partial: Only some parts of the script ran: rows and data of the other parts already in
+            the file are kept (each row records the date it was measured), not dropped.
     """
     info = machine()
     print(f"\ntargets ({info['date']}, {info['cpu']}, {info['cores']} cores, load {info['load_avg_1_5_15']}):")
@@ -145,8 +147,16 @@ def finish(name: str, rows: list[Row], data: dict[str, Any], *, quick: bool) -> 
         print("quick mode: a smoke run, the numbers above are not measurements and no target is enforced")
         return 0
     RESULTS.mkdir(parents=True, exist_ok=True)
-    payload = {"machine": info, "rows": [asdict(r) for r in rows], "data": data}
-    (RESULTS / f"bench_{name}.json").write_text(json.dumps(payload, indent=1) + "\n")
+    path = RESULTS / f"bench_{name}.json"
+    records = [{**asdict(r), "date": info["date"]} for r in rows]
+    if partial and path.exists():
+        previous = json.loads(path.read_text())
+        measured = {r.name for r in rows}
+        kept = [{"date": previous["machine"]["date"], **r} for r in previous["rows"] if r["name"] not in measured]
+        records += kept
+        data = {**{k: v for k, v in previous["data"].items() if k not in data}, **data}
+    payload = {"machine": info, "rows": records, "data": data}
+    path.write_text(json.dumps(payload, indent=1) + "\n")
     missed = [r for r in rows if not r.passed]
     if missed:
         print(f"{len(missed)} of {len(rows)} targets missed: " + "; ".join(r.name for r in missed))

@@ -241,7 +241,7 @@ def main() -> int:
         if "torchrun" in launches and "ddp" in launches:
             ratio = statistics.median(launches["ddp"]) / statistics.median(launches["torchrun"])
             rows.append(Row("launch-to-first-step, ddp / torchrun (same script)", ratio, 1.0, "x"))
-    return finish("ddp", rows, data, quick=args.quick)
+    return finish("ddp", rows, data, quick=args.quick, partial=set(args.parts) != {"steps", "launch"})
 
 
 def _report_steps(args: argparse.Namespace) -> list[float]:
