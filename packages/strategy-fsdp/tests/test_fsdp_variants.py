@@ -26,6 +26,7 @@ RUNS = [
     {"tag": "fp16", "precision": "16-mixed", "strategy": {"auto_wrap_policy": "Block"}},
     {"tag": "clipvalue", "clip": [0.01, "value"], "strategy": {"auto_wrap_policy": "Block"}, "epochs": 1},
     {"tag": "wrappolicy", "strategy": {"auto_wrap_policy": "ModuleWrapPolicy"}, "epochs": 1},
+    {"tag": "direct", "clip": [None, "norm"], "accumulate": 1, "strategy": {"auto_wrap_policy": "Block"}, "epochs": 1},
     {"tag": "nometa", "resume": "nometa", "expect_error": True},
     {"tag": "twoopt", "model": "TwoOptimizers", "clip": [None, "norm"], "resume": "run1_epoch0", "expect_error": True},
     {"tag": "sgd", "model": "SGDMomentum", "resume": "run1_epoch0", "expect_error": True},
@@ -61,10 +62,17 @@ def _reference(out: Path) -> list[list[float]]:
 
 
 def plain_two_rank(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, clip: tuple[float, str], epochs: int = 1
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    clip: tuple[float | None, str],
+    epochs: int = 1,
+    accumulate: int | None = None,
 ) -> list[list[float]]:
-    """Plain PyTorch: 2 ranks' shards, accumulate 2, gradients averaged over ranks, clipped; per-rank losses."""
+    """Plain PyTorch: 2 ranks' shards, accumulate 2 (or ``accumulate``), gradients averaged over ranks,
+    clipped unless the clip value is None; per-rank losses."""
     from common import ACCUMULATE, BATCH_SIZE, dataset
+
+    window = accumulate or ACCUMULATE
     from torch.utils.data import DataLoader, DistributedSampler
 
     data = dataset()
@@ -77,13 +85,15 @@ def plain_two_rank(
             for rank, (x, y) in enumerate(batches):
                 loss = torch.nn.functional.mse_loss(model(x), y)
                 losses[rank].append(float(loss.detach()))
-                sums[rank] = [s + g for s, g in zip(sums[rank], torch.autograd.grad(loss / ACCUMULATE, params))]
-            if (index + 1) % ACCUMULATE:
+                sums[rank] = [s + g for s, g in zip(sums[rank], torch.autograd.grad(loss / window, params))]
+            if (index + 1) % window:
                 continue
             for p, g0, g1 in zip(params, *sums):
                 p.grad = (g0 + g1) / 2
             value, algorithm = clip
-            if algorithm == "norm":
+            if value is None:
+                pass
+            elif algorithm == "norm":
                 torch.nn.utils.clip_grad_norm_(params, value)
             else:
                 torch.nn.utils.clip_grad_value_(params, value)
@@ -122,6 +132,18 @@ def test_clip_by_value_matches_plain_torch(variants: tuple[Path, list[dict[str, 
         _close(results["clipvalue"]["losses"], expected[rank], ATOL, f"clip by value rank {rank}")
         # and it is not the norm clipping of the reference run
         assert max(abs(a - b) for a, b in zip(results["clipvalue"]["losses"], _reference(out)[rank])) > 1e-4
+
+
+def test_the_direct_step_runs_through_fsdp_and_matches_plain_torch(variants: tuple[Path, list[dict[str, Any]]]) -> None:
+    """No accumulation, no clipping: the loop's direct step, through the FSDP2 module's own hooks."""
+    from common import make_net, make_optimizer
+
+    model = make_net()
+    expected = plain_two_rank(model, make_optimizer(model.parameters()), (None, "norm"), accumulate=1)
+    for rank, results in enumerate(variants[1]):
+        assert results["direct"]["direct_step"]
+        assert results["clipvalue"]["direct_step"] is False  # clipping keeps the layered step
+        _close(results["direct"]["losses"], expected[rank], ATOL, f"direct step rank {rank}")
 
 
 def test_module_wrap_policy_shards_the_same_blocks_as_the_class_set(variants: tuple[Path, list[dict[str, Any]]]) -> None:

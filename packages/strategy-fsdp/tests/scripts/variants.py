@@ -4,7 +4,7 @@
 (FSDPStrategy kwargs; ``auto_wrap_policy`` "Block" = the class set {Block}, "ModuleWrapPolicy" =
 torch's ``ModuleWrapPolicy({Block})``), ``precision``, ``clip`` ([value, algorithm]), ``epochs``,
 ``resume`` (a path in OUT), ``model`` ("TwoOptimizers", "SGDMomentum"), ``expect_error``
-(record the error fit raises instead of training). Each rank writes ``OUT/variants_rank<r>.json``:
+(record the error fit raises instead of training), ``accumulate`` (default 2). Each rank writes ``OUT/variants_rank<r>.json``:
 per tag the losses, the dtype the model computed in, which modules were sharded, the error.
 """
 
@@ -74,7 +74,7 @@ def fit(out: str, run: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         strategy=_strategy(dict(run.get("strategy", {}))),
         precision=run.get("precision", "32-true"),
         max_epochs=run.get("epochs", 2),
-        accumulate_grad_batches=2,
+        accumulate_grad_batches=run.get("accumulate", 2),
         gradient_clip_val=clip_val,
         gradient_clip_algorithm=clip_algorithm,
         logger=False,
@@ -96,6 +96,7 @@ def fit(out: str, run: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         "compute_dtype": model.compute_dtype,
         "sharded": model.sharded,
         "global_step": trainer.global_step,
+        "direct_step": trainer.fit_loop._direct is not None,
     }
 
 
