@@ -246,6 +246,10 @@ def main() -> int:
         record = _phalanx_worker(args) if args.worker == "phalanx" else _raw_worker(args.worker, args)
         with open(os.path.join(args.out, f"{args.worker}_rank{record['rank']}.json"), "w") as handle:
             json.dump(record, handle)
+        if args.worker == "phalanx":
+            # A normal exit: rank 0 must wait for the rank it launched (whose parent-death signal
+            # would kill it mid-write), and phalanx's own group does not hit the abort below.
+            return 0
         # torch 2.13's gloo can abort at interpreter shutdown in a process that made its own group (docs/ddp.md)
         sys.stdout.flush()
         os._exit(0)
