@@ -39,15 +39,12 @@ _CASES = ("torchrun", "ddp", "ddp_spawn", "ddp_fork")
 
 
 # ---------------------------------------------------------------- what runs in the ranks
-# (bench_ddp_overhead.py imports _WARMUP, _now, _run and _exit_skipping_shutdown from here)
-class Bench(phalanx.Module):
-    """The benchmark model; at module level so that ddp_spawn can pickle it."""
+# (bench_ddp_overhead.py imports StampedSteps, _WARMUP, _now, _run and _exit_skipping_shutdown from here)
+class StampedSteps:
+    """Steps that stamp their start, then MSE on ``self.net``, SGD: mixed into phalanx and Lightning modules."""
 
-    def __init__(self, out: str, width: int) -> None:
-        super().__init__()
-        self.out = out
-        self.net = _layers(width)
-        self.stamps: list[tuple[float, float]] = []
+    net: Any
+    stamps: list[tuple[float, float]]
 
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         self.stamps.append(_now())
@@ -55,7 +52,17 @@ class Bench(phalanx.Module):
         return torch.nn.functional.mse_loss(self.net(x), y)
 
     def configure_optimizers(self) -> Any:
-        return torch.optim.SGD(self.parameters(), lr=0.01)
+        return torch.optim.SGD(self.net.parameters(), lr=0.01)
+
+
+class Bench(StampedSteps, phalanx.Module):
+    """The benchmark model; at module level so that ddp_spawn can pickle it."""
+
+    def __init__(self, out: str, width: int) -> None:
+        super().__init__()
+        self.out = out
+        self.net = _layers(width)
+        self.stamps = []
 
     def on_train_end(self) -> None:
         self.stamps.append(_now())

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 from _bench import Row, finish
-from bench_ddp import _WARMUP, _exit_skipping_shutdown, _now, _run
+from bench_ddp import _WARMUP, StampedSteps, _exit_skipping_shutdown, _now, _run
 
 import phalanx
 
@@ -47,21 +47,13 @@ def _tiny_data(steps: int, world: int) -> Any:
     return TensorDataset(torch.randn(n, a, generator=g), torch.randn(n, c, generator=g))
 
 
-class _TinySteps:
-    """The tiny model's steps, the same under phalanx and Lightning; stamps each step's start."""
+class _TinySteps(StampedSteps):
+    """The tiny model, the same under phalanx and Lightning; stamps each step's start."""
 
     def __init__(self) -> None:
         super().__init__()
         self.net = _tiny_net()
-        self.stamps: list[tuple[float, float]] = []
-
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
-        self.stamps.append(_now())
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.net(x), y)
-
-    def configure_optimizers(self) -> Any:
-        return torch.optim.SGD(self.net.parameters(), lr=0.01)
+        self.stamps = []
 
 
 class TinyBench(_TinySteps, phalanx.Module):

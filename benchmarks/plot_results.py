@@ -26,9 +26,13 @@ def _load(name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text())  # type: ignore[no-any-return]
 
 
-def _stamp(fig: Any, result: dict[str, Any]) -> None:
+def _save(fig: Any, result: dict[str, Any], name: str, bottom: float = 0.04) -> None:
+    """Lay out ``fig``, stamp it with the run's date and machine, write docs/img/<name>."""
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     m = result["machine"]
     fig.text(0.01, 0.01, f"{m['date']}, {m['cpu']}, {m['cores']} cores, load {m['load_avg_1_5_15']}", fontsize=7)
+    fig.savefig(RESULTS / name, dpi=110)
+    print(f"wrote {name}")
 
 
 def plot_overhead(plt: Any) -> None:
@@ -62,10 +66,7 @@ def plot_overhead(plt: Any) -> None:
     axes[2].set_ylim(0.8, max(1.4, max(max(r) for r in ratios) + 0.05))
     axes[2].set_title("MLP 256-1024-1024-10 / plain (wall)")
     axes[2].legend(fontsize=8)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    _stamp(fig, result)
-    fig.savefig(RESULTS / "bench_overhead.png", dpi=110)
-    print("wrote bench_overhead.png")
+    _save(fig, result, "bench_overhead.png")
 
 
 def plot_memory(plt: Any) -> None:
@@ -106,10 +107,7 @@ def plot_memory(plt: Any) -> None:
     ax.set_ylabel("MiB per rank (params + grads + Adam)")
     ax.set_title("per-rank model-state memory, 2 ranks, ~50M parameters")
     ax.legend(fontsize=8)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    _stamp(fig, stamp)
-    fig.savefig(RESULTS / "bench_memory.png", dpi=110)
-    print("wrote bench_memory.png")
+    _save(fig, stamp, "bench_memory.png")
 
 
 def plot_launch(plt: Any) -> None:
@@ -126,10 +124,7 @@ def plot_launch(plt: Any) -> None:
     ax.bar(names, medians, yerr=errors, capsize=4, color=["#888"] + ["#2a7"] * (len(names) - 1))
     ax.set_ylabel("seconds, command start -> slowest rank's first step")
     ax.set_title(f"launch to first step, {result['data']['devices']} ranks")
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    _stamp(fig, result)
-    fig.savefig(RESULTS / "bench_launch.png", dpi=110)
-    print("wrote bench_launch.png")
+    _save(fig, result, "bench_launch.png", bottom=0.05)
 
 
 #: One colour per strategy in the sweep plots.
@@ -179,10 +174,7 @@ def plot_memory_sweep(plt: Any) -> None:
     ]
     labels += ["measured: live tensors", "measured: peak RSS growth", "planner estimate (phalanx plan)"]
     axes[0][-1].legend(handles, labels, fontsize=7, loc="lower right")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    _stamp(fig, result)
-    fig.savefig(RESULTS / "bench_memory_sweep.png", dpi=110)
-    print("wrote bench_memory_sweep.png")
+    _save(fig, result, "bench_memory_sweep.png")
 
 
 def plot_estimate_vs_measured(plt: Any) -> None:
@@ -234,10 +226,7 @@ def plot_estimate_vs_measured(plt: Any) -> None:
     rax.set_xlabel("measured MiB per rank")
     rax.set_ylabel("estimate / measured")
     rax.set_title("as a ratio (filled: live tensors, hollow: peak RSS)")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    _stamp(fig, result)
-    fig.savefig(RESULTS / "bench_estimate_vs_measured.png", dpi=110)
-    print("wrote bench_estimate_vs_measured.png")
+    _save(fig, result, "bench_estimate_vs_measured.png")
 
 
 def main() -> int:
