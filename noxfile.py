@@ -7,6 +7,7 @@ metadata keeps a wide range, so users install whatever torch fits their machine.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import nox
@@ -40,7 +41,7 @@ def _install_torch(session: nox.Session) -> None:
     complete = shared / ".complete"
     if not complete.exists():
         if shared.exists():  # an install that was cut off: start again
-            session.run("python", "-c", f"import shutil; shutil.rmtree({str(shared)!r})")
+            shutil.rmtree(shared)
         session.run("python", "-m", "pip", "install", "--quiet", "--target", str(shared), TORCH)
         complete.touch()
     purelib = session.run(

@@ -185,6 +185,7 @@ _PRECISION_STEP_METHODS = (
 )
 _MODULE_STEP_METHODS = ("optimizer_step", "optimizer_zero_grad")
 _STEP_HOOKS = ("on_before_zero_grad", "on_before_backward", "on_after_backward", "on_before_optimizer_step")
+_NOT_RUN: Any = object()  # run_direct's outputs until the closure has run
 
 
 def _at_default(obj: Any, base: type, names: tuple[str, ...]) -> bool:
@@ -238,7 +239,7 @@ def run_direct(trainer: Trainer, step: Callable[..., Any], batch: Any, batch_idx
     call-count test in core/tests holds the fit loop to this path's cost.
     """
     optimizer = trainer._optimizers[0]
-    outputs: Any = _noop
+    outputs: Any = _NOT_RUN
 
     def closure() -> torch.Tensor | None:
         nonlocal outputs
@@ -259,7 +260,7 @@ def run_direct(trainer: Trainer, step: Callable[..., Any], batch: Any, batch_idx
 
     trainer._current_fx = "training_step"
     optimizer.step(closure=closure)  # type: ignore[arg-type]  # torch's stub says float; a tensor is what it returns
-    if outputs is _noop:
+    if outputs is _NOT_RUN:
         msg = (
             f"{type(optimizer).__name__}.step() returned without calling its closure, so training_step and "
             "backward never ran; an optimizer used with automatic optimization must call closure() in step()."
