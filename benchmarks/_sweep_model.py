@@ -52,7 +52,9 @@ def overrides(name: str, width: int, ranks: int) -> dict[str, Any]:
 
 def estimate(name: str, layers: int, width: int, ranks: int) -> dict[str, int]:
     """The installed plugins' estimate of one rank, as ``phalanx plan`` computes it."""
-    from phalanx.memory import MemoryRequest, build_on_meta, estimate_memory, summarize_model
+    from phalanx.memory import MemoryRequest
+    from phalanx.model_shapes import build_on_meta, summarize_model
+    from phalanx.planning import estimate_memory
     from phalanx.registry import StrategyRegistry
 
     entry = StrategyRegistry.entry(name)

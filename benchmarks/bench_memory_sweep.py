@@ -25,7 +25,7 @@ Measured per rank (the table shows the worse rank):
   while wrapping the model. The workers run with ``MALLOC_MMAP_THRESHOLD_=131072`` so freed
   buffers go back to the OS instead of staying resident.
 
-Beside each, the planner's estimate (``phalanx.memory.estimate_memory`` through the installed
+Beside each, the planner's estimate (``phalanx.planning.estimate_memory`` through the installed
 plugins, the model built on the meta device, the same strategy parameters as the run): the
 ``total`` that ``phalanx plan`` prints (weights, gradients, optimizer state, traced activations
 and ``other``: buckets and gathered units).

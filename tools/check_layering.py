@@ -7,15 +7,26 @@
 4. No plugin package (packages/*/src, examples/*/src) imports a private core name: a module
    ``phalanx._x`` / ``phalanx.y._x`` or an underscored name from a core module. What a plugin
    needs is public (``phalanx.utilities`` and the contract classes); a vendor could use nothing else.
+5. The core's import graph, built from *every* import (module level, function-local and under
+   ``if TYPE_CHECKING:``, absolute and relative), has no cycle, and no module imports one of a
+   higher layer of ``LAYERS``. Lazy and type-only imports count: they hide a cycle from Python,
+   not from the reader, and they are how a lower layer ends up depending on a higher one.
+6. No core module except ``phalanx/trainer/trainer.py`` reaches into a private attribute of
+   another object (``trainer._call_hooks``, ``getattr(module, "_trainer")``): what crosses an
+   object boundary is a public name, so refactoring one class cannot silently break another.
 
 Exit status 1 with one line per violation; used by the lint session and by core's tests.
+``--graph`` prints each core module's layer and imports instead (for docs and for planning moves).
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import sys
+from collections import deque
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import tomllib
@@ -23,6 +34,42 @@ import tomllib
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = {"torch", "deepspeed", "torch_xla"}
 CORE_FORBIDDEN = {"deepspeed", "torch_xla"}
+
+# The core's layers, bottom to top: (short name, module-name prefixes). A module belongs to the
+# layer of its longest matching entry; entries match whole dotted components ("phalanx.trainer"
+# matches phalanx.trainer and phalanx.trainer.x, not phalanx.trainer_view). "pkg.*" matches only
+# the modules below pkg (not pkg/__init__.py); "pkg.__init__" matches only pkg/__init__.py.
+# Entries naming modules that do not exist (yet) are fine: this is the target layout.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("foundations (torch-free)", ("phalanx.errors", "phalanx._hints", "phalanx._metadata", "phalanx.registry",
+                                  "phalanx.version", "phalanx.trainer_view", "phalanx.hooks", "phalanx.memory")),
+    ("helpers", ("phalanx._empty_init", "phalanx._module_hooks", "phalanx.model_shapes", "phalanx.utilities.*")),
+    ("contracts", ("phalanx.accelerators", "phalanx.precision", "phalanx.checkpoint_io", "phalanx.environments")),
+    ("plugin machinery", ("phalanx.hookspecs", "phalanx.plugins", "phalanx.planning")),
+    ("launchers", ("phalanx.launchers",)),
+    ("strategies", ("phalanx.strategies",)),
+    ("module, callbacks, loggers", ("phalanx.module", "phalanx.callbacks", "phalanx.loggers")),
+    ("trainer", ("phalanx.trainer",)),
+    ("tools and façades", ("phalanx._builtin", "phalanx.testing", "phalanx._cli", "phalanx.cli",
+                           "phalanx.utilities", "phalanx.__init__")),
+)  # fmt: skip
+
+# Rule 6 is waived for the Trainer itself: it owns the private state the rule protects.
+PRIVATE_REACH_EXEMPT = {"phalanx/trainer/trainer.py"}
+
+# Rule 6: third-party internals read through an *instance* (attributes of a module imported from
+# outside phalanx, like os._exit or torch._C, are allowed anyway): (path under core/src, attribute),
+# each with why. Keep it minimal and never list phalanx's own objects: those are what rule 6 catches.
+ALLOWED_PRIVATE_REACH: set[tuple[str, str]] = {
+    # Tensor._base: a view's storage owner; tracing saved activations must count each storage once.
+    ("phalanx/model_shapes.py", "_base"),
+    # Mock._mock_wraps: the callable a mock wraps; unittest.mock has no public accessor for it.
+    ("phalanx/utilities/model_helpers.py", "_mock_wraps"),
+    # torch's flag on fused optimizers that unscale inside step(); torch's GradScaler reads it the same way.
+    ("phalanx/precision/amp.py", "_step_supports_amp_scaling"),
+}
+# namedtuple's documented API: underscored only to stay clear of field names, public on any namedtuple.
+NAMEDTUPLE_API = {"_asdict", "_fields", "_field_defaults", "_make", "_replace"}
 
 
 def _imports(tree: ast.AST, *, top_level_only: bool) -> Iterator[tuple[int, str]]:
@@ -77,6 +124,227 @@ def _parse(path: Path) -> ast.AST:
     return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
 
 
+def _core_modules(root: Path) -> dict[str, Path]:
+    """Map each core module's dotted name to its file; a package's ``__init__`` takes the package name."""
+    src = root / "core" / "src"
+    modules: dict[str, Path] = {}
+    for path in sorted((src / "phalanx").rglob("*.py")):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _resolve(dotted: str, modules: dict[str, Path]) -> str:
+    """The module an import of ``dotted`` runs: the longest existing prefix (a name inside a module
+    resolves to the module); ``dotted`` itself if nothing exists, so layers still apply to it."""
+    parts = dotted.split(".")
+    for end in range(len(parts), 0, -1):
+        if ".".join(parts[:end]) in modules:
+            return ".".join(parts[:end])
+    return dotted
+
+
+def _imported_modules(node: ast.AST, module: str, path: Path, modules: dict[str, Path]) -> Iterator[str]:
+    """Core modules one import statement depends on. ``from pkg import x`` names the submodule
+    ``pkg.x`` when it exists (that is what runs), else ``pkg``; relative imports resolve against
+    the importing module's package."""
+    if isinstance(node, ast.Import):
+        yield from (_resolve(alias.name, modules) for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:
+            package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+            package = package[: max(0, len(package) - node.level + 1)]
+            base = ".".join([*package, *([node.module] if node.module else [])])
+        for alias in node.names:
+            submodule = f"{base}.{alias.name}"
+            yield submodule if submodule in modules else _resolve(base, modules)
+
+
+def import_graph(root: Path = ROOT) -> dict[str, dict[str, list[int]]]:
+    """Core module -> core module it imports -> lines of those imports, from every import in the file."""
+    modules = _core_modules(root)
+    graph: dict[str, dict[str, list[int]]] = {name: {} for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(_parse(path)):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            for target in _imported_modules(node, name, path, modules):
+                if target != name and target.split(".")[0] == "phalanx":
+                    graph[name].setdefault(target, []).append(node.lineno)
+    return {name: {t: sorted(set(lines)) for t, lines in targets.items()} for name, targets in graph.items()}
+
+
+def layer_of(module: str) -> int | None:
+    """Index in ``LAYERS`` of the longest entry matching ``module``; ``pkg.*`` beats ``pkg`` for
+    pkg's submodules, which is what lets a façade package sit above its own helpers."""
+    matches = []  # (components matched, marked "pkg.*"/"pkg.__init__", layer)
+    for index, (_, entries) in enumerate(LAYERS):
+        for entry in entries:
+            base = entry.removesuffix(".*").removesuffix(".__init__")
+            below, itself = module.startswith(base + "."), module == base
+            if below if entry.endswith(".*") else itself if entry.endswith(".__init__") else below or itself:
+                matches.append((base.count("."), entry != base, index))
+    return max(matches)[2] if matches else None
+
+
+def _strongly_connected(graph: dict[str, dict[str, list[int]]]) -> list[list[str]]:
+    """Components of mutually reachable modules with more than one member, i.e. the import cycles.
+    Plain reachability sets: a few hundred modules make that instant and much easier to read than Tarjan."""
+    reach: dict[str, set[str]] = {}
+    for start in graph:
+        seen, stack = set(), [start]
+        while stack:
+            for target in graph.get(stack.pop(), {}):
+                if target not in seen:
+                    seen.add(target)
+                    stack.append(target)
+        reach[start] = seen
+    components: list[list[str]] = []
+    for module in sorted(graph):
+        members = sorted({module} | {other for other in reach[module] if module in reach.get(other, ())})
+        if len(members) > 1 and members not in components:
+            components.append(members)
+    return components
+
+
+def _cycle_path(members: list[str], graph: dict[str, dict[str, list[int]]]) -> list[str]:
+    """A shortest cycle through the component's first module (breadth-first inside the component),
+    so the message shows one concrete loop rather than just a set of names."""
+    start, inside = members[0], set(members)
+    previous: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        current = queue.popleft()
+        for target in sorted(graph[current]):
+            if target == start:
+                path = [current]
+                while path[-1] != start:
+                    path.append(previous[path[-1]])
+                return [*reversed(path), start]
+            if target in inside and target not in previous:
+                previous[target] = current
+                queue.append(target)
+    msg = f"{members!r} is not a cycle of the import graph"
+    raise ValueError(msg)
+
+
+def _graph_problems(root: Path) -> list[str]:
+    """Rule 5: cycles in the core import graph, imports from a lower layer up, modules with no layer."""
+    modules, graph = _core_modules(root), import_graph(root)
+
+    def where(module: str, line: int) -> str:
+        return f"{modules[module].relative_to(root)}:{line}"
+
+    problems = []
+    for members in _strongly_connected(graph):
+        path = _cycle_path(members, graph)
+        steps = " -> ".join([path[0], *(f"{b} ({where(a, graph[a][b][0])})" for a, b in pairwise(path))])
+        problems.append(
+            f"{where(path[0], graph[path[0]][path[1]][0])}: import cycle among {len(members)} core modules "
+            f"({', '.join(members)}), e.g. {steps}: move the shared name down a layer to break it"
+        )
+    for module, targets in graph.items():
+        layer = layer_of(module)
+        if layer is None:
+            problems.append(
+                f"{where(module, 1)}: {module} matches no layer: add it to LAYERS in tools/check_layering.py"
+            )
+            continue
+        for target, lines in targets.items():
+            higher = layer_of(target)
+            if higher is not None and higher > layer:
+                problems.extend(
+                    f"{where(module, line)}: {module} (layer {layer} {LAYERS[layer][0]!r}) imports {target} "
+                    f"(layer {higher} {LAYERS[higher][0]!r}): a lower layer must not import a higher one; "
+                    "move the shared name down"
+                    for line in lines
+                )
+    return problems
+
+
+def _is_private(name: str) -> bool:
+    """``_x`` and ``__x`` are private; dunders and namedtuple's ``_asdict``-style API are not."""
+    dunder = name.startswith("__") and name.endswith("__")
+    return name.startswith("_") and len(name) > 1 and not dunder and name not in NAMEDTUPLE_API
+
+
+def _outside_names(tree: ast.AST) -> set[str]:
+    """Names bound by imports from outside phalanx (``import os``, ``from torch import nn``): their
+    internals (``os._exit``, ``torch._C``) are third-party business, not a reach across our objects."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] != "phalanx")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] != "phalanx":
+            names.update(a.asname or a.name for a in node.names if a.name != "*")
+    return names
+
+
+def _is_own_or_outside(obj: ast.expr, outside: set[str]) -> bool:
+    """Whether ``obj._x`` is fine: ``obj`` is the object itself (``self``, ``cls``, ``super()``,
+    ``type(self)``) or an attribute/call chain rooted at a module imported from outside phalanx
+    (``std_mp.current_process()._inheriting``): what such a chain yields is a third-party object."""
+    if isinstance(obj, ast.Name) and obj.id in {"self", "cls"}:
+        return True
+    if isinstance(obj, ast.Call) and isinstance(obj.func, ast.Name) and obj.func.id in {"super", "type"}:
+        return obj.func.id == "super" or (len(obj.args) == 1 and _is_own_or_outside(obj.args[0], set()))
+    while isinstance(obj, (ast.Attribute, ast.Call)):
+        obj = obj.value if isinstance(obj, ast.Attribute) else obj.func
+    return isinstance(obj, ast.Name) and obj.id in outside
+
+
+def _private_reaches(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """Yield (line, attribute) of ``x._name`` and ``getattr/hasattr/setattr/delattr(x, "_name")``
+    where ``x`` is another object."""
+    outside = _outside_names(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _is_private(node.attr) and not _is_own_or_outside(node.value, outside):
+            yield node.lineno, node.attr
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in {"getattr", "hasattr", "setattr", "delattr"}
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and _is_private(node.args[1].value)
+            and not _is_own_or_outside(node.args[0], outside)
+        ):
+            yield node.lineno, node.args[1].value
+
+
+def _reach_problems(root: Path) -> list[str]:
+    """Rule 6 over core/src/phalanx, minus the Trainer's own file and ``ALLOWED_PRIVATE_REACH``."""
+    src, problems = root / "core" / "src", []
+    for path in sorted((src / "phalanx").rglob("*.py")):
+        relative = path.relative_to(src).as_posix()
+        if relative in PRIVATE_REACH_EXEMPT:
+            continue
+        for line, name in sorted(set(_private_reaches(_parse(path)))):
+            if (relative, name) not in ALLOWED_PRIVATE_REACH:
+                problems.append(
+                    f"{path.relative_to(root)}:{line}: reaches into private attribute {name!r} of another object; "
+                    "use a public name (TrainerView, Run, ...)"
+                )
+    return problems
+
+
+def format_graph(root: Path = ROOT) -> str:
+    """Each core module under its layer, with the modules it imports and their layers (for docs)."""
+    graph = import_graph(root)
+    rows = []
+    for index, name in [*enumerate(name for name, _ in LAYERS), ("?", "matches no layer: add it to LAYERS")]:
+        members = [module for module in sorted(graph) if layer_of(module) == (None if index == "?" else index)]
+        rows.extend([f"[{index}] {name}"] if members else [])
+        for module in members:
+            imports = ", ".join(f"{t} [{'?' if layer_of(t) is None else layer_of(t)}]" for t in sorted(graph[module]))
+            rows.append(f"  {module}" + (f" -> {imports}" if imports else ""))
+    return "\n".join(rows)
+
+
 def check(root: Path = ROOT) -> list[str]:
     """Return the violations found under ``root``."""
     problems: list[str] = []
@@ -110,10 +378,15 @@ def check(root: Path = ROOT) -> list[str]:
                 f"{path.relative_to(root)}:{line}: imports the private core name {name!r}; plugins use public names "
                 "only (phalanx.utilities, phalanx.strategies, ...): make it public in the core instead"
             )
-    return problems
+    return [*problems, *_graph_problems(root), *_reach_problems(root)]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--graph", action="store_true", help="print each core module's layer and imports, then exit")
+    if parser.parse_args(argv).graph:
+        print(format_graph())
+        return 0
     problems = check()
     for problem in problems:
         print(problem)

@@ -194,3 +194,20 @@ def test_checkpoint_io_is_abstract() -> None:
     with pytest.raises(TypeError):
         CheckpointIO()  # type: ignore[abstract]
     assert os.path.basename(repr(AsyncCheckpointIO())).startswith("AsyncCheckpointIO(")
+
+
+def test_portable_writer_keeps_weights_as_fp32_and_only_portable_state(tmp_path: Path) -> None:
+    from phalanx.checkpoint_io.portable import write_portable_checkpoint
+    from phalanx.version import __version__
+
+    weights = {"w": torch.randn(2, 2, dtype=torch.bfloat16), "count": torch.tensor(3), "note": "kept"}
+    extra = {"epoch": 1, "global_step": 7, "optimizer_states": [{}], "world_size": 4}
+    target = tmp_path / "nested" / "portable.pt"
+    write_portable_checkpoint(weights, str(target), source="/runs/last.ckpt", extra=extra)
+    portable = torch.load(target, weights_only=True)
+    assert portable["state_dict"]["w"].dtype == torch.float32
+    assert torch.equal(portable["state_dict"]["w"], weights["w"].float())
+    assert portable["state_dict"]["count"].dtype == torch.int64 and portable["state_dict"]["note"] == "kept"
+    assert portable["phalanx_version"] == __version__ and portable["converted_from"] == "last.ckpt"
+    assert (portable["epoch"], portable["global_step"], portable["world_size"]) == (1, 7, 4)
+    assert "optimizer_states" not in portable

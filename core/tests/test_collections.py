@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from phalanx._collections import apply_to_collection, move_data_to_device
+from phalanx.utilities.apply_func import apply_to_collection, move_data_to_device
 
 Pair = namedtuple("Pair", ["x", "y"])
 

@@ -87,8 +87,8 @@ def _plain(optimizer: str) -> tuple[list[torch.Tensor], list[float]]:
 @pytest.mark.parametrize("optimizer", ["sgd", "lbfgs"])
 def test_direct_and_layered_steps_match_a_plain_loop_bit_for_bit(optimizer: str) -> None:
     direct, layered = _Net(optimizer), _Layered(optimizer)
-    assert _fit(direct).fit_loop._direct is not None
-    assert _fit(layered).fit_loop._direct is None
+    assert _fit(direct).fit_loop.uses_direct_step
+    assert not _fit(layered).fit_loop.uses_direct_step
     weights, losses = _plain(optimizer)
     for got in (direct, layered):
         assert all(torch.equal(a, b) for a, b in zip(got.parameters(), weights, strict=True))
@@ -155,7 +155,7 @@ def test_anything_customised_keeps_the_layered_step(case: str) -> None:
     cls, kwargs = CUSTOMISED[case]
     trainer = _fit(cls(), **kwargs)
     assert trainer.global_step in (STEPS, STEPS // 2)
-    assert trainer.fit_loop._direct is None, case
+    assert not trainer.fit_loop.uses_direct_step, case
     for callback in trainer.callbacks:
         if isinstance(callback, _BeforeBackward):
             assert callback.calls == STEPS
@@ -166,7 +166,7 @@ def test_an_instance_attribute_override_counts_as_customised() -> None:
     calls = []
     model.optimizer_zero_grad = lambda epoch, batch_idx, optimizer: calls.append(batch_idx) or optimizer.zero_grad()  # type: ignore[method-assign]
     trainer = _fit(model)
-    assert trainer.fit_loop._direct is None
+    assert not trainer.fit_loop.uses_direct_step
     assert calls == list(range(STEPS))
 
 

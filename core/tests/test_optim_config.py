@@ -9,8 +9,8 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import ReduceLROnPlateau, StepLR
 
-from phalanx._optim import LRSchedulerConfig, init_optimizers_and_lr_schedulers, optimizers_to_device
 from phalanx.errors import MisconfigurationError
+from phalanx.utilities.optim import LRSchedulerConfig, init_optimizers_and_lr_schedulers, optimizers_to_device
 
 
 class Configured(nn.Module):

@@ -29,12 +29,14 @@ def _model() -> nn.Module:
 
 
 class RecordingTrainer:
-    """Stands in for the Trainer's pre-step slot: records the gradients it sees."""
+    """Stands in for the Trainer's pre-step slot (``trainer.run.before_optimizer_step``): records
+    the gradients it sees."""
 
     def __init__(self) -> None:
         self.seen: list[list[torch.Tensor]] = []
+        self.run = self  # the slot lives on the stage's Run; here the stand-in is its own Run
 
-    def _before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+    def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         self.seen.append([p.grad.detach().clone() for g in optimizer.param_groups for p in g["params"]])
 
 
@@ -208,7 +210,7 @@ def test_16_mixed_unscale_is_idempotent_within_a_step() -> None:
         precision.unscale_gradients(opt)  # a second caller in the same step must be a no-op
         seen.append([p.grad.clone() for p in model.parameters()])
 
-    model.trainer = type("T", (), {"_before_optimizer_step": before_step})()  # type: ignore[assignment]
+    model.trainer = type("T", (), {"before_optimizer_step": before_step, "run": property(lambda t: t)})()  # type: ignore[assignment]
 
     def closure() -> torch.Tensor:
         optimizer.zero_grad()

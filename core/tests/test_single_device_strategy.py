@@ -32,8 +32,9 @@ class MinimalTrainer:
         self.strategy = strategy
         self.training = training
         self.pre_step_calls = 0
+        self.run = self  # the pre-step slot is the stage Run's ``before_optimizer_step``
 
-    def _before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+    def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         self.pre_step_calls += 1
         self.strategy.precision_plugin.clip_gradients(optimizer, CLIP, "norm")
 

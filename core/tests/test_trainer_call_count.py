@@ -95,7 +95,7 @@ def _count(steps: int, callbacks: list[Callback], model_cls: type[Module] = _Tin
     finally:
         sys.setprofile(None)
     assert trainer.global_step == steps
-    assert (trainer.fit_loop._direct is not None) is (model_cls is _Tiny)  # on_train_batch_end is no step hook
+    assert (trainer.fit_loop.uses_direct_step) is (model_cls is _Tiny)  # on_train_batch_end is no step hook
     return ours, builtins
 
 

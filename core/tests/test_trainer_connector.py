@@ -20,7 +20,7 @@ from phalanx.checkpoint_io.torch_io import TorchCheckpointIO
 from phalanx.errors import MisconfigurationError, PluginUnavailableError, UnknownNameError
 from phalanx.registry import AcceleratorRegistry, StrategyRegistry
 from phalanx.strategies.single_device import SingleDeviceStrategy
-from phalanx.trainer.connector import is_interactive
+from phalanx.trainer.strategy_resolution import is_interactive
 from phalanx.trainer.trainer import Trainer
 
 
@@ -135,11 +135,11 @@ def test_strategy_instance_and_custom_subclass() -> None:
     try:
         trainer = Trainer(strategy="my_single", **quiet())
         assert type(trainer.strategy) is MyStrategy
-        assert trainer._strategy_name == "my_single"
+        assert trainer.strategy_name == "my_single"
     finally:
         StrategyRegistry.remove("my_single")
     trainer = Trainer(strategy=MyStrategy(), **quiet())
-    assert trainer._strategy_name == "my_single"
+    assert trainer.strategy_name == "my_single"
 
 
 @pytest.mark.skipif(_installed("phalanx-strategy-deepspeed"), reason="phalanx-strategy-deepspeed is installed here")

@@ -10,10 +10,9 @@ from __future__ import annotations
 import importlib
 
 from phalanx import registry as _registry
+from phalanx.version import __version__
 
 __all__ = ["Module", "Trainer", "__version__", "hookimpl"]
-
-__version__ = "0.1.0"
 
 _LAZY = {
     "Trainer": "phalanx.trainer.trainer:Trainer",

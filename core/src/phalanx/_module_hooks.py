@@ -13,8 +13,9 @@ import torch
 from torch.optim import Optimizer
 
 from phalanx.errors import MisconfigurationError
+from phalanx.utilities.apply_func import move_data_to_device
 
-__all__ = ["ModuleHooks"]
+__all__ = ["BatchTransferHooks", "ModuleHooks"]
 
 
 def _no_dataloader(module: Any, name: str, argument: str, stage: str) -> MisconfigurationError:
@@ -180,3 +181,23 @@ class ModuleHooks:
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Read custom entries from a checkpoint dict before its weights are loaded."""
+
+
+class BatchTransferHooks:
+    """How a batch reaches the device: Lightning's ``DataHooks`` transfer trio, with defaults.
+
+    Apart from :class:`ModuleHooks` because the strategy checks them on the hot path: a Module
+    keeping all three defaults is moved in one call (``strategies/strategy.py``).
+    """
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Alter a batch before it moves to the device; identity by default."""
+        return batch
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """Move a batch to ``device``; override for custom batch types."""
+        return move_data_to_device(batch, device)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Alter a batch after it moved to the device; identity by default."""
+        return batch

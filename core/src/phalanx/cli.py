@@ -132,7 +132,7 @@ def _add_doctor(sub: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _build_parser() -> tuple[_Parser, dict[str, _Parser]]:
-    from phalanx import __version__
+    from phalanx.version import __version__
 
     parser = _Parser(
         prog="phalanx",

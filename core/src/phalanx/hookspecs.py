@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    # Both sit below the plugin machinery: neither imports this module, plugins or the planner.
     from phalanx.memory import MemoryEstimate, MemoryRequest
     from phalanx.registry import Registry
 

@@ -7,45 +7,37 @@ the strategies whose target is its own class with a :class:`MemoryEstimate`, or 
 strategy nobody answers for is shown as "no estimate", never guessed.
 
 Everything here is plugin-author API: the byte counts per precision and optimizer live in one
-place so that every plugin's arithmetic agrees, and importing this module does not import torch
-(the model helpers import it when called).
+place so that every plugin's arithmetic agrees. This module is the bottom of the planning layers:
+it asks no plugin and reads no model, so the hook contract (:mod:`phalanx.hookspecs`) can name its
+types and importing it stays fast and torch-free. Reading a model is :mod:`phalanx.model_shapes`
+(torch); asking the plugins and reporting is :mod:`phalanx.planning`, above the plugin machinery.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from phalanx.errors import MisconfigurationError, closest_match
-
-if TYPE_CHECKING:
-    from torch import nn
-
-    from phalanx._planning import PlanReport, PlanRow
 
 __all__ = [
     "OPTIMIZER_STATE_BYTES",
     "PRECISION_BYTES",
-    "PlanReport",
-    "PlanRow",
     "MemoryEstimate",
     "MemoryRequest",
     "ModelSummary",
     "ParameterShape",
     "PrecisionBytes",
     "activation_estimate",
-    "build_on_meta",
-    "estimate_memory",
     "format_bytes",
     "optimizer_state_bytes",
     "parse_bytes",
     "precision_bytes",
     "replicated_estimate",
     "shard",
-    "summarize_model",
 ]
 
 
@@ -88,16 +80,25 @@ OPTIMIZER_STATE_BYTES: dict[str, int] = {
 }
 
 
-def precision_bytes(precision: str | int) -> PrecisionBytes:
-    """Bytes per element for ``precision`` (any spelling ``Trainer(precision=...)`` accepts).
+def precision_bytes(precision: str) -> PrecisionBytes:
+    """Bytes per element for a canonical precision name (a key of :data:`PRECISION_BYTES`).
+
+    Canonical names only, as :attr:`MemoryRequest.precision` always is: turning a user's spelling
+    (``16``, ``"bf16"``) into one is for the Trainer and the CLI, so this module needs nothing from
+    the precision package and stays below the plugin machinery.
 
     Raises:
-        MisconfigurationError: Unknown precision; names the valid ones.
+        MisconfigurationError: Not a canonical name; names the valid ones and the closest.
     """
-    from phalanx.precision._aliases import normalize_precision
-
-    name = normalize_precision(precision, extra_choices=[p for p in PRECISION_BYTES if p.startswith("xla")])
-    return PRECISION_BYTES[name]
+    if precision in PRECISION_BYTES:
+        return PRECISION_BYTES[precision]
+    hint = closest_match(str(precision), PRECISION_BYTES)
+    msg = (
+        f"precision {precision!r} has no known element sizes; valid names are {list(PRECISION_BYTES)}"
+        f"{f' (closest: {hint!r})' if hint else ''}. Pass a canonical name, e.g. 'bf16-mixed' for 'bf16' and "
+        "'16-mixed' for 16 (Trainer(precision=...) and `phalanx plan --precision` convert those spellings)."
+    )
+    raise MisconfigurationError(msg)
 
 
 def optimizer_state_bytes(optimizer: str, numel: int, *, state_dtype_bytes: int = 4) -> int:
@@ -332,56 +333,3 @@ def replicated_estimate(request: MemoryRequest, *, layout: str, other: int = 0, 
         layout=layout,
         notes=notes,
     )
-
-
-def build_on_meta(factory: Callable[[], Any], *, where: str = "the factory") -> nn.Module:
-    """Call ``factory`` with the meta device as default, so no parameter gets storage.
-
-    A ``phalanx.Module`` whose layers are created in ``configure_model`` has that hook run too.
-    A 70B-parameter configuration builds in seconds this way.
-
-    Raises:
-        MisconfigurationError: The factory fails on meta tensors or returns no ``nn.Module``; says
-            why and how to fix it.
-    """
-    from phalanx._memory_model import build_on_meta as _build
-
-    return _build(factory, where=where)
-
-
-def summarize_model(
-    module: nn.Module, *, input_shape: tuple[int, ...] | None = None, input_dtype: str | None = None
-) -> ModelSummary:
-    """Describe ``module`` (meta or real) for estimates; trace activations for ``input_shape``.
-
-    Activations are the bytes autograd saves in one forward pass over a meta tensor of
-    ``input_shape`` (integers in ``[0, 2)`` of ``input_dtype``, default ``int64`` when the model
-    starts with an ``nn.Embedding``, else ``float32``); nothing is allocated.
-    """
-    from phalanx._memory_model import summarize_model as _summarize
-
-    return _summarize(module, input_shape=input_shape, input_dtype=input_dtype)
-
-
-def estimate_memory(request: MemoryRequest) -> MemoryEstimate | None:
-    """Ask the installed plugins (one ``firstresult`` pluggy call) for ``request``; ``None``: no answer."""
-    from phalanx.plugins import _decide
-
-    answer = _decide("phalanx_estimate_memory", request=request)
-    if answer is not None and not isinstance(answer, MemoryEstimate):
-        msg = (
-            f"A plugin answered phalanx_estimate_memory for {request.strategy!r} with {answer!r}; the hook must "
-            "return a phalanx.memory.MemoryEstimate or None. Fix that plugin's hook implementation."
-        )
-        raise MisconfigurationError(msg)
-    return answer
-
-
-def __getattr__(name: str) -> Any:
-    """``PlanReport`` and ``PlanRow`` (what ``Trainer.plan`` returns) live with the planner."""
-    if name in ("PlanReport", "PlanRow"):
-        from phalanx import _planning
-
-        return getattr(_planning, name)
-    msg = f"module 'phalanx.memory' has no attribute {name!r}"
-    raise AttributeError(msg)

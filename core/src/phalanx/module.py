@@ -17,17 +17,16 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from phalanx._collections import move_data_to_device
-from phalanx._module_hooks import ModuleHooks
+from phalanx._module_hooks import BatchTransferHooks, ModuleHooks
 from phalanx.errors import MisconfigurationError
 
 if TYPE_CHECKING:
-    from phalanx.trainer.trainer import Trainer
+    from phalanx.trainer_view import TrainerView
 
 __all__ = ["Module"]
 
 
-class Module(ModuleHooks, nn.Module):
+class Module(ModuleHooks, BatchTransferHooks, nn.Module):
     """Base class for models trained by :class:`phalanx.Trainer`.
 
     Subclasses define at least ``training_step`` and ``configure_optimizers`` for ``fit``;
@@ -36,7 +35,10 @@ class Module(ModuleHooks, nn.Module):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._trainer: Trainer | None = None
+        self._trainer: TrainerView | None = None
+        # The stage's Run (``trainer.run``): where self.log records and which hook is running. Read
+        # from the Trainer's public ``run`` when it is attached, so logging costs no extra look-ups.
+        self._run: Any = None
         self._automatic_optimization = True
         self._warned_detached_log = False
         #: Whether checkpoints must match the model's keys exactly when loaded by the Trainer.
@@ -47,11 +49,12 @@ class Module(ModuleHooks, nn.Module):
         """Drop the Trainer: spawn launchers and ``copy.deepcopy`` must not drag it along."""
         state = self.__dict__.copy()
         state["_trainer"] = None
+        state["_run"] = None
         return state
 
     # ------------------------------------------------------------------ properties
     @property
-    def trainer(self) -> Trainer:
+    def trainer(self) -> TrainerView:
         """The Trainer running this Module.
 
         Raises:
@@ -66,13 +69,14 @@ class Module(ModuleHooks, nn.Module):
         return self._trainer
 
     @trainer.setter
-    def trainer(self, trainer: Trainer | None) -> None:
+    def trainer(self, trainer: TrainerView | None) -> None:
         self._trainer = trainer
+        self._run = getattr(trainer, "run", None)
 
     @property
     def _current_fx_name(self) -> str | None:
-        """The hook or step running now (kept on the Trainer: setting Module attributes is slow)."""
-        return self._trainer._current_fx if self._trainer is not None else None
+        """The hook or step running now (kept on the Run: setting Module attributes is slow)."""
+        return self._run.hooks.current if self._run is not None else None
 
     @property
     def automatic_optimization(self) -> bool:
@@ -206,8 +210,8 @@ class Module(ModuleHooks, nn.Module):
             batch_size: Weight for the epoch mean; inferred from the batch when omitted.
             add_dataloader_idx: Suffix ``/dataloader_idx_N`` when evaluating several dataloaders.
         """
-        trainer = self._trainer
-        if trainer is None:
+        run = self._run
+        if run is None:
             if not self._warned_detached_log:
                 self._warned_detached_log = True
                 warnings.warn(
@@ -216,8 +220,8 @@ class Module(ModuleHooks, nn.Module):
                     stacklevel=2,
                 )
             return
-        trainer._logger_connector.log(
-            trainer._current_fx,
+        run.metrics.log(
+            run.hooks.current,
             name,
             value,
             prog_bar=prog_bar,
@@ -244,18 +248,15 @@ class Module(ModuleHooks, nn.Module):
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` on global rank 0 only, without breaking the progress bar."""
         trainer = self._trainer
-        if trainer is not None and not trainer.is_global_zero:
-            return
-        bar = trainer.progress_bar_callback if trainer is not None else None
-        if bar is not None and hasattr(bar, "print"):
-            bar.print(*args, **kwargs)
+        if trainer is not None:
+            trainer.print(*args, **kwargs)
         else:
             builtins.print(*args, **kwargs)
 
     # ------------------------------------------------------------------ optimization helpers
     def optimizers(self) -> Any:
         """The optimizer (or list of them) from ``configure_optimizers``, stepping through the strategy."""
-        wrapped = self.trainer._wrapped_optimizers
+        wrapped = self._attached_run().step_optimizers
         return wrapped[0] if len(wrapped) == 1 else list(wrapped)
 
     def lr_schedulers(self) -> Any:
@@ -267,10 +268,18 @@ class Module(ModuleHooks, nn.Module):
 
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """Backward for manual optimization: goes through the strategy (precision scaling, DDP)."""
-        trainer = self.trainer
-        trainer._call_hooks("on_before_backward", loss)
-        trainer.strategy.backward(loss, None, *args, **kwargs)
-        trainer._call_hooks("on_after_backward")
+        run = self._attached_run()
+        run.hooks.call("on_before_backward", loss)
+        run.strategy.backward(loss, None, *args, **kwargs)
+        run.hooks.call("on_after_backward")
+
+    def _attached_run(self) -> Any:
+        """The stage's Run; raises like :attr:`trainer` when the Module runs outside a stage."""
+        if self._run is None:
+            self.trainer  # noqa: B018  # raises the "not attached" error
+            msg = f"{type(self).__qualname__} is attached to a Trainer that is not running a stage."
+            raise RuntimeError(msg)
+        return self._run
 
     def clip_gradients(
         self,
@@ -311,16 +320,3 @@ class Module(ModuleHooks, nn.Module):
     def all_gather(self, data: torch.Tensor, group: Any = None, sync_grads: bool = False) -> torch.Tensor:
         """Gather ``data`` from every process through the strategy."""
         return self.trainer.strategy.all_gather(data, group=group, sync_grads=sync_grads)
-
-    # ------------------------------------------------------------------ batch transfer
-    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Alter a batch before it moves to the device; identity by default."""
-        return batch
-
-    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
-        """Move a batch to ``device``; override for custom batch types."""
-        return move_data_to_device(batch, device)
-
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Alter a batch after it moved to the device; identity by default."""
-        return batch

@@ -43,6 +43,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "PluginRecord",
     "convert_checkpoint",
+    "decide",
     "detect_cluster_environment",
     "get_plugin_manager",
     "load_plugins",
@@ -318,8 +319,14 @@ def _raising_plugin(caller: pluggy.HookCaller, err: BaseException) -> str | None
     return found
 
 
-def _decide(hook_name: str, **kwargs: Any) -> Any:
-    """Call a firstresult hook through pluggy, naming the plugin when one of them raises."""
+def decide(hook_name: str, **kwargs: Any) -> Any:
+    """Call the firstresult hook ``hook_name`` with ``kwargs``; ``None`` when no plugin answers.
+
+    Public so that every module that asks the plugins (the "auto" choices here, the memory
+    planner in :mod:`phalanx.planning`) goes through one call with one error: a
+    :class:`~phalanx.errors.PluginHookError` naming the plugin that raised and how to block it
+    (a :class:`~phalanx.errors.PhalanxError` raised on purpose passes through unchanged).
+    """
     caller: pluggy.HookCaller = getattr(get_plugin_manager().hook, hook_name)
     try:
         return caller(**kwargs)
@@ -344,13 +351,13 @@ def _decide(hook_name: str, **kwargs: Any) -> Any:
 
 def select_accelerator_name() -> str:
     """The accelerator ``"auto"`` means here."""
-    answer = _decide("phalanx_select_accelerator")
+    answer = decide("phalanx_select_accelerator")
     return "cpu" if answer is None else str(answer)
 
 
 def select_strategy_name(*, accelerator: str, num_devices: int, num_nodes: int, interactive: bool) -> str:
     """The strategy ``"auto"`` means for this accelerator and device count."""
-    answer = _decide(
+    answer = decide(
         "phalanx_select_strategy",
         accelerator=accelerator,
         num_devices=num_devices,
@@ -368,14 +375,14 @@ def select_strategy_name(*, accelerator: str, num_devices: int, num_nodes: int, 
 
 def detect_cluster_environment() -> ClusterEnvironment:
     """An instance of the cluster environment this process runs in (``"local"`` when none)."""
-    answer = _decide("phalanx_detect_cluster_environment")
+    answer = decide("phalanx_detect_cluster_environment")
     name = "local" if answer is None else str(answer)
     return ClusterEnvironmentRegistry.get(name)  # type: ignore[no-any-return]
 
 
 def convert_checkpoint(source: str, destination: str) -> None:
     """Convert any strategy's checkpoint into one portable file, asking each plugin in turn."""
-    if _decide("phalanx_convert_checkpoint", source=source, destination=destination) is None:
+    if decide("phalanx_convert_checkpoint", source=source, destination=destination) is None:
         msg = (
             f"No installed plugin recognises the checkpoint {source!r}; expected a torch checkpoint file or a "
             "sharded checkpoint directory written by an installed strategy (see `phalanx plugins`)"

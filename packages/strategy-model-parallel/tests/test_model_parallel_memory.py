@@ -27,7 +27,9 @@ import pytest
 from memory_probe_mp import TensorParallelNet
 from mp_testing import run_script
 
-from phalanx.memory import MemoryEstimate, MemoryRequest, build_on_meta, estimate_memory, summarize_model
+from phalanx.memory import MemoryEstimate, MemoryRequest
+from phalanx.model_shapes import build_on_meta, summarize_model
+from phalanx.planning import estimate_memory
 from phalanx.registry import StrategyRegistry
 
 WIDTHS = (512, 1024)

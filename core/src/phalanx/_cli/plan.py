@@ -97,7 +97,7 @@ def _names(args: argparse.Namespace) -> list[str]:
 
 def _fold(report: Any) -> Any:
     """Rows with the same estimate as an earlier row (launch-method twins) folded into it."""
-    from phalanx._planning import PlanReport, PlanRow
+    from phalanx.planning import PlanReport, PlanRow
 
     kept: list[PlanRow] = []
     twins: dict[str, int] = {}
@@ -122,20 +122,21 @@ def _fold(report: Any) -> Any:
 
 def run_plan(args: argparse.Namespace) -> int:
     """The ``plan`` command; returns the exit status (2 on bad input)."""
-    from phalanx.memory import build_on_meta, optimizer_state_bytes, parse_bytes, precision_bytes
+    from phalanx.memory import optimizer_state_bytes, parse_bytes, precision_bytes
+    from phalanx.precision._aliases import normalize_precision
 
     try:
         if args.devices < 1 or args.num_nodes < 1:
             msg = f"--devices {args.devices} --num-nodes {args.num_nodes}: both must be >= 1, e.g. --devices 8."
             raise MisconfigurationError(msg)
         device_memory = None if args.device_memory is None else parse_bytes(args.device_memory)
-        precision_bytes(args.precision)
+        precision = normalize_precision(args.precision, extra_choices=["xla-bf16-true", "xla-bf16-mixed"])
+        precision_bytes(precision)
         optimizer_state_bytes(args.optimizer, 0)
         shape = _input_shape(args.input_shape)
         names = _names(args)
-        from phalanx._planning import plan_strategies
-        from phalanx.memory import summarize_model
-        from phalanx.precision._aliases import normalize_precision
+        from phalanx.model_shapes import build_on_meta, summarize_model
+        from phalanx.planning import plan_strategies
 
         factory = load_factory(args.factory)
         model = build_on_meta(factory, where=f"factory {args.factory!r}")
@@ -145,7 +146,7 @@ def run_plan(args: argparse.Namespace) -> int:
             names,
             devices=args.devices,
             num_nodes=args.num_nodes,
-            precision=normalize_precision(args.precision, extra_choices=["xla-bf16-true", "xla-bf16-mixed"]),
+            precision=precision,
             optimizer=args.optimizer,
             device_memory=device_memory,
         )

@@ -22,7 +22,7 @@ from phalanx.errors import MisconfigurationError
 
 if TYPE_CHECKING:
     from phalanx.module import Module
-    from phalanx.trainer.trainer import Trainer
+    from phalanx.trainer_view import TrainerView
 
 __all__ = ["ModelCheckpoint"]
 
@@ -65,7 +65,7 @@ class ModelCheckpoint(Callback):
     CHECKPOINT_NAME_LAST = "last"
     FILE_EXTENSION = ".ckpt"
     #: Runs after the other callbacks at epoch end, when epoch metrics are final.
-    _monitoring = True
+    monitors_metrics = True
 
     def __init__(
         self,
@@ -173,44 +173,44 @@ class ModelCheckpoint(Callback):
         self.best_model_path = state_dict.get("best_model_path", "")
 
     # ------------------------------------------------------------------ hooks
-    def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
+    def setup(self, trainer: TrainerView, pl_module: Module, stage: str) -> None:
         """Resolve the directory on rank 0 and share it, so every rank names files identically."""
         if not self._user_dirpath:
-            self.dirpath = trainer._default_checkpoint_dir()
+            self.dirpath = trainer.default_checkpoint_dir
         self.dirpath = trainer.strategy.broadcast(self.dirpath)
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: TrainerView, pl_module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Save every ``every_n_train_steps`` optimizer steps."""
         n = self.every_n_train_steps
         if n < 1 or trainer.global_step % n != 0 or self._should_skip(trainer):
             return
         self._save(trainer)
 
-    def on_train_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, pl_module: Module) -> None:
         """Save at epoch end when validation does not run more often than once per epoch."""
         if self._should_skip(trainer) or not self._save_on_epoch_end(trainer):
             return
         if self.every_n_epochs >= 1 and (trainer.current_epoch + 1) % self.every_n_epochs == 0:
             self._save(trainer)
 
-    def on_validation_end(self, trainer: Trainer, pl_module: Module) -> None:
+    def on_validation_end(self, trainer: TrainerView, pl_module: Module) -> None:
         """Save after validation when validation runs mid-epoch or not every epoch."""
         if self._should_skip(trainer) or self._save_on_epoch_end(trainer) or self.every_n_train_steps > 0:
             return
         if self.every_n_epochs >= 1 and (trainer.current_epoch + 1) % self.every_n_epochs == 0:
             self._save(trainer)
 
-    def on_train_end(self, trainer: Trainer, pl_module: Module) -> None:
+    def on_train_end(self, trainer: TrainerView, pl_module: Module) -> None:
         """Write ``last`` for the final state if the last save was earlier (e.g. max_steps mid-epoch)."""
         if self.save_last and self._last_global_step_saved != trainer.global_step:
             self._save_last(trainer, self._candidates(trainer))
             self._last_global_step_saved = trainer.global_step
 
     # ------------------------------------------------------------------ decisions
-    def _should_skip(self, trainer: Trainer) -> bool:
+    def _should_skip(self, trainer: TrainerView) -> bool:
         return trainer.state.fn != "fit" or self._last_global_step_saved == trainer.global_step
 
-    def _save_on_epoch_end(self, trainer: Trainer) -> bool:
+    def _save_on_epoch_end(self, trainer: TrainerView) -> bool:
         if self._save_on_train_epoch_end is not None:
             return self._save_on_train_epoch_end
         if trainer.check_val_every_n_epoch != 1:
@@ -219,7 +219,7 @@ class ModelCheckpoint(Callback):
             return True
         return trainer.val_check_interval == 1.0
 
-    def _candidates(self, trainer: Trainer) -> dict[str, Any]:
+    def _candidates(self, trainer: TrainerView) -> dict[str, Any]:
         """The metrics names and rankings come from, as rank 0 has them.
 
         Metrics logged without ``sync_dist`` differ between ranks; if each rank ranked its own
@@ -235,14 +235,14 @@ class ModelCheckpoint(Callback):
         metrics["step"] = trainer.global_step
         return metrics
 
-    def _save(self, trainer: Trainer) -> None:
+    def _save(self, trainer: TrainerView) -> None:
         candidates = self._candidates(trainer)
         self._save_topk(trainer, candidates)
         if self.save_last:
             self._save_last(trainer, candidates)
         self._last_global_step_saved = trainer.global_step
 
-    def _save_topk(self, trainer: Trainer, candidates: dict[str, Any]) -> None:
+    def _save_topk(self, trainer: TrainerView, candidates: dict[str, Any]) -> None:
         if self.save_top_k == 0:
             return
         if self.monitor is None:
@@ -259,7 +259,7 @@ class ModelCheckpoint(Callback):
                 f"ModelCheckpoint(monitor={self.monitor!r}) found no metric {self.monitor!r}; logged metrics "
                 f"are {available}. Log it with self.log({self.monitor!r}, value), or fix the monitor name."
             )
-            if trainer._validation_has_run or not trainer._has_validation:
+            if trainer.validation_has_run or not trainer.validation_enabled:
                 raise MisconfigurationError(msg)
             warnings.warn(msg + " Skipping this save until the metric exists.", stacklevel=2)
             return
@@ -275,7 +275,7 @@ class ModelCheckpoint(Callback):
             return True
         return current < self.kth_value if self.mode == "min" else current > self.kth_value
 
-    def _update_best_and_save(self, trainer: Trainer, current: float, candidates: dict[str, Any]) -> None:
+    def _update_best_and_save(self, trainer: TrainerView, current: float, candidates: dict[str, Any]) -> None:
         k = len(self.best_k_models) + 1 if self.save_top_k == -1 else self.save_top_k
         removed = ""
         if len(self.best_k_models) == k and k > 0:
@@ -293,14 +293,14 @@ class ModelCheckpoint(Callback):
         if removed and removed != path:
             trainer.strategy.remove_checkpoint(removed)
 
-    def _save_last(self, trainer: Trainer, candidates: dict[str, Any]) -> None:
+    def _save_last(self, trainer: TrainerView, candidates: dict[str, Any]) -> None:
         path = self._unused_path(trainer, candidates, self.CHECKPOINT_NAME_LAST, keep=self.last_model_path)
         self._write(trainer, path)
         previous, self.last_model_path = self.last_model_path, path
         if previous and previous != path and previous not in self.best_k_models and previous != self.best_model_path:
             trainer.strategy.remove_checkpoint(previous)
 
-    def _write(self, trainer: Trainer, path: str) -> None:
+    def _write(self, trainer: TrainerView, path: str) -> None:
         trainer.save_checkpoint(path, weights_only=self.save_weights_only)
         if self.verbose and trainer.is_global_zero:
             print(f"Epoch {trainer.current_epoch}, global step {trainer.global_step}: saved {path}")
@@ -322,7 +322,7 @@ class ModelCheckpoint(Callback):
             name = f"{name}-v{ver}"
         return str(Path(self.dirpath or ".") / f"{name}{self.FILE_EXTENSION}")
 
-    def _unused_path(self, trainer: Trainer, metrics: dict[str, Any], template: str | None, *, keep: str) -> str:
+    def _unused_path(self, trainer: TrainerView, metrics: dict[str, Any], template: str | None, *, keep: str) -> str:
         """A path that does not clobber files this callback does not own (adds ``-vN``)."""
         path = self.format_checkpoint_name(metrics, template)
         version = 1

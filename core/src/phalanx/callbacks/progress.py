@@ -19,7 +19,7 @@ from phalanx.errors import MisconfigurationError
 
 if TYPE_CHECKING:
     from phalanx.module import Module
-    from phalanx.trainer.trainer import Trainer
+    from phalanx.trainer_view import TrainerView
 
 __all__ = ["TQDMProgressBar"]
 
@@ -62,7 +62,7 @@ class TQDMProgressBar(Callback):
         """Print above the bars without garbling them."""
         tqdm.write(sep.join(map(str, args)), file=kwargs.get("file", sys.stdout))
 
-    def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
+    def setup(self, trainer: TrainerView, pl_module: Module, stage: str) -> None:
         """Only global rank 0 draws."""
         if not trainer.is_global_zero:
             self.disable()
@@ -70,42 +70,42 @@ class TQDMProgressBar(Callback):
     def _bar(self, desc: str, total: float, *, leave: bool) -> Any:
         return tqdm(desc=desc, total=_total(total), leave=leave, dynamic_ncols=True, file=sys.stderr, smoothing=0)
 
-    def _update(self, bar: Any, batch_idx: int, trainer: Trainer, total: float) -> None:
+    def _update(self, bar: Any, batch_idx: int, trainer: TrainerView, total: float) -> None:
         done = batch_idx + 1
         if done % self.refresh_rate == 0 or done == total:
             bar.update(done - bar.n)
             bar.set_postfix(trainer.progress_bar_metrics, refresh=False)
 
     # ------------------------------------------------------------------ training
-    def on_train_start(self, trainer: Trainer, pl_module: Module) -> None:
+    def on_train_start(self, trainer: TrainerView, pl_module: Module) -> None:
         """Create the training bar."""
         if self._enabled:
             self._train_bar = self._bar("Training", trainer.num_training_batches, leave=self.leave)
 
-    def on_train_epoch_start(self, trainer: Trainer, pl_module: Module) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, pl_module: Module) -> None:
         """Reset the bar for the new epoch."""
         if self._train_bar is not None:
             self._train_bar.reset(total=_total(trainer.num_training_batches))
             self._train_bar.set_description(f"Epoch {trainer.current_epoch}")
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: TrainerView, pl_module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Advance the bar and show the latest metrics."""
         if self._train_bar is not None:
             self._update(self._train_bar, batch_idx, trainer, trainer.num_training_batches)
 
-    def on_train_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, pl_module: Module) -> None:
         """Show the epoch's aggregated metrics."""
         if self._train_bar is not None:
             self._train_bar.set_postfix(trainer.progress_bar_metrics)
 
-    def on_train_end(self, trainer: Trainer, pl_module: Module) -> None:
+    def on_train_end(self, trainer: TrainerView, pl_module: Module) -> None:
         """Close the training bar."""
         if self._train_bar is not None:
             self._train_bar.close()
             self._train_bar = None
 
     # ------------------------------------------------------------------ evaluation
-    def _start_eval(self, trainer: Trainer, desc: str, totals: list[float]) -> None:
+    def _start_eval(self, trainer: TrainerView, desc: str, totals: list[float]) -> None:
         if self._enabled:
             total = sum(totals) if totals else 0
             self._eval_bar = self._bar(desc, total, leave=self._train_bar is None)
@@ -114,7 +114,7 @@ class TQDMProgressBar(Callback):
         if self._eval_bar is not None:
             self._eval_bar.update(1)
 
-    def _end_eval(self, trainer: Trainer) -> None:
+    def _end_eval(self, trainer: TrainerView) -> None:
         if self._eval_bar is not None:
             self._eval_bar.set_postfix(trainer.progress_bar_metrics, refresh=False)
             self._eval_bar.close()
@@ -122,49 +122,49 @@ class TQDMProgressBar(Callback):
         if self._train_bar is not None:
             self._train_bar.set_postfix(trainer.progress_bar_metrics)
 
-    def on_validation_start(self, trainer: Trainer, pl_module: Module) -> None:
+    def on_validation_start(self, trainer: TrainerView, pl_module: Module) -> None:
         """Open a validation bar (temporary during fit)."""
         self._start_eval(trainer, "Validation", trainer.num_val_batches)
 
     def on_validation_batch_end(
-        self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self, trainer: TrainerView, pl_module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         """Advance the validation bar."""
         self._advance_eval()
 
-    def on_validation_end(self, trainer: Trainer, pl_module: Module) -> None:
+    def on_validation_end(self, trainer: TrainerView, pl_module: Module) -> None:
         """Close the validation bar and show validation metrics on the training bar."""
         self._end_eval(trainer)
 
-    def on_test_start(self, trainer: Trainer, pl_module: Module) -> None:
+    def on_test_start(self, trainer: TrainerView, pl_module: Module) -> None:
         """Open the test bar."""
         self._start_eval(trainer, "Testing", trainer.num_test_batches)
 
     def on_test_batch_end(
-        self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self, trainer: TrainerView, pl_module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         """Advance the test bar."""
         self._advance_eval()
 
-    def on_test_end(self, trainer: Trainer, pl_module: Module) -> None:
+    def on_test_end(self, trainer: TrainerView, pl_module: Module) -> None:
         """Close the test bar."""
         self._end_eval(trainer)
 
-    def on_predict_start(self, trainer: Trainer, pl_module: Module) -> None:
+    def on_predict_start(self, trainer: TrainerView, pl_module: Module) -> None:
         """Open the predict bar."""
         self._start_eval(trainer, "Predicting", trainer.num_predict_batches)
 
     def on_predict_batch_end(
-        self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self, trainer: TrainerView, pl_module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         """Advance the predict bar."""
         self._advance_eval()
 
-    def on_predict_end(self, trainer: Trainer, pl_module: Module) -> None:
+    def on_predict_end(self, trainer: TrainerView, pl_module: Module) -> None:
         """Close the predict bar."""
         self._end_eval(trainer)
 
-    def on_exception(self, trainer: Trainer, pl_module: Module, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, pl_module: Module, exception: BaseException) -> None:
         """Close any open bar so the traceback is readable."""
         for bar in (self._eval_bar, self._train_bar):
             if bar is not None:

@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from phalanx._collections import apply_to_collection
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO, PathLike
 from phalanx.checkpoint_io.torch_io import TorchCheckpointIO
+from phalanx.utilities.apply_func import apply_to_collection
 
 __all__ = ["AsyncCheckpointIO"]
 

@@ -36,7 +36,7 @@ def _module_of(strategy: Any, trainer: Any) -> Any:
 def _to_cpu(data: Any) -> Any:
     import torch
 
-    from phalanx._collections import apply_to_collection
+    from phalanx.utilities.apply_func import apply_to_collection
 
     return apply_to_collection(data, torch.Tensor, lambda t: t.detach().cpu())
 
@@ -51,9 +51,8 @@ def collect(strategy: Any, trainer: Any, result: Any) -> dict[str, Any]:
         metrics = getattr(trainer, "callback_metrics", None)
         if metrics is not None:
             payload["callback_metrics"] = _to_cpu(dict(metrics))
-        fit_loop = getattr(trainer, "fit_loop", None)
-        if fit_loop is not None:  # trainer.global_step / current_epoch after fit, as with ddp
-            payload["loop"] = {"epoch": fit_loop.epoch, "global_step": fit_loop.global_step}
+        # trainer.global_step / current_epoch after fit, as with ddp
+        payload["loop"] = {"epoch": trainer.current_epoch, "global_step": trainer.global_step}
         callbacks = getattr(trainer, "callbacks", None) or []
         payload["callbacks"] = {
             index: {name: _to_cpu(getattr(cb, name)) for name in CHECKPOINT_ATTRIBUTES if hasattr(cb, name)}
@@ -100,19 +99,11 @@ def recover_in_main_process(payload: dict[str, Any], strategy: Any, trainer: Any
                 "in the workers. Use strategy='ddp' to train in this process, or save a checkpoint.",
                 stacklevel=3,
             )
-    if trainer is not None and "callback_metrics" in payload:
-        metrics = getattr(trainer, "callback_metrics", None)
-        if isinstance(metrics, dict):
-            metrics.clear()
-            metrics.update(payload["callback_metrics"])
-        else:
-            try:
-                trainer.callback_metrics = payload["callback_metrics"]
-            except AttributeError:
-                pass
-    loop = payload.get("loop")
-    if trainer is not None and loop is not None:
-        trainer.fit_loop.epoch, trainer.fit_loop.global_step = int(loop["epoch"]), int(loop["global_step"])
+    loop = payload.get("loop") or {}
+    if trainer is not None:
+        trainer.receive_worker_results(
+            callback_metrics=payload.get("callback_metrics"), epoch=loop.get("epoch"), global_step=loop.get("global_step")
+        )
     callbacks = getattr(trainer, "callbacks", None) or []
     for index, values in payload.get("callbacks", {}).items():
         if index < len(callbacks):

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from phalanx.environments.preemption import EXIT_CODE, SIGNALS_ENV, parse_signals
 from phalanx.errors import MisconfigurationError
 from phalanx.launchers import _results
 from phalanx.launchers._pickling import find_unpicklable
@@ -39,8 +40,6 @@ __all__ = ["START_METHODS", "MultiProcessingLauncher", "WorkerFailedError", "che
 
 START_METHODS = ("spawn", "fork", "forkserver")
 _POLL_SECONDS = 0.1
-#: What a worker that stopped for a preemption exits with (128 + SIGTERM); see trainer/preemption.py.
-_PREEMPTED_EXIT = 143
 
 
 class WorkerFailedError(RuntimeError):
@@ -134,6 +133,16 @@ class MultiProcessingLauncher(Launcher):
         self.procs: list[Any] = []
 
     @property
+    def strategy(self) -> Any:
+        """The strategy whose ranks this launcher starts."""
+        return self._strategy
+
+    @property
+    def start_method(self) -> str:
+        """``"spawn"``, ``"fork"`` or ``"forkserver"``."""
+        return self._start_method
+
+    @property
     def is_interactive_compatible(self) -> bool:
         """Only fork: spawn/forkserver children must import the code, which a notebook cell is not."""
         return self._start_method == "fork"
@@ -198,8 +207,6 @@ class MultiProcessingLauncher(Launcher):
         A scheduler signals the process it started, which is this one; the workers hold the
         training state, so they must get it to stop at the same step and write the checkpoint.
         """
-        from phalanx.trainer.preemption import SIGNALS_ENV, parse_signals
-
         self._forwarded: int | None = None
         if threading.current_thread() is not threading.main_thread():
             yield
@@ -233,13 +240,13 @@ class MultiProcessingLauncher(Launcher):
                 for sentinel in wait(list(pending), timeout=_POLL_SECONDS):
                     local_rank, worker = pending.pop(sentinel)  # type: ignore[call-overload]
                     worker.process.join()
-                    if worker.process.exitcode == _PREEMPTED_EXIT and getattr(self, "_forwarded", None):
+                    if worker.process.exitcode == EXIT_CODE and getattr(self, "_forwarded", None):
                         preempted = True
                     elif worker.process.exitcode != 0:
                         stop_processes([w for _, w in pending.values()])
                         self._raise_worker_failed(local_rank, worker)
             if preempted:
-                raise SystemExit(_PREEMPTED_EXIT)
+                raise SystemExit(EXIT_CODE)
         except KeyboardInterrupt as exc:
             stop_processes([w for _, w in pending.values()])
             tag_exception(exc, 0, quiet=True)
@@ -332,8 +339,8 @@ def _worker_entry(
 ) -> None:
     """What each worker runs: set its rank, run the stage, send local rank 0's results home."""
     set_parent_death_signal()
-    strategy = launcher._strategy
-    if launcher._start_method != "fork":
+    strategy = launcher.strategy
+    if launcher.start_method != "fork":
         _unshare_modules(strategy, trainer, args, kwargs)
     os.environ["LOCAL_RANK"] = str(local_rank)
     strategy.set_world_ranks()  # this worker's global rank follows from its local rank
@@ -350,7 +357,7 @@ def _worker_entry(
         if _asked_to_stop(trainer):
             # The launcher stopped this worker (SIGTERM) because another rank failed; what it raised
             # since is a consequence (a collective with the dead rank), not news: leave quietly.
-            os._exit(_PREEMPTED_EXIT)
+            os._exit(EXIT_CODE)
         time.sleep(SECONDARY_FAILURE_DELAY)
         print_rank_traceback(rank, type(exc), exc, exc.__traceback__)
         os._exit(1)

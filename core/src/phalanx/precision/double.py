@@ -12,7 +12,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from phalanx.precision.precision import Precision, _cast_floats, _default_dtype
+from phalanx.precision.precision import Precision
+from phalanx.utilities.dtypes import cast_floats, default_dtype
 
 __all__ = ["DoublePrecision"]
 
@@ -28,12 +29,12 @@ class DoublePrecision(Precision):
 
     def convert_input(self, data: Any) -> Any:
         """Cast floating-point tensors in the batch to float64 so they match the weights."""
-        return _cast_floats(data, torch.float64)
+        return cast_floats(data, torch.float64)
 
     def tensor_init_context(self) -> AbstractContextManager[None]:
         """Create float tensors as float64 directly instead of converting them afterwards."""
-        return _default_dtype(torch.float64)
+        return default_dtype(torch.float64)
 
     def forward_context(self) -> AbstractContextManager[None]:
         """Tensors created inside forward (``torch.zeros(...)`` & co.) default to float64 too."""
-        return _default_dtype(torch.float64)
+        return default_dtype(torch.float64)

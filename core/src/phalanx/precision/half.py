@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 from phalanx.errors import MisconfigurationError
-from phalanx.precision.precision import Precision, _cast_floats, _default_dtype
+from phalanx.precision.precision import Precision
+from phalanx.utilities.dtypes import cast_floats, default_dtype
 
 __all__ = ["HalfPrecision"]
 
@@ -52,16 +53,16 @@ class HalfPrecision(Precision):
 
     def convert_input(self, data: Any) -> Any:
         """Cast floating-point tensors in the batch to the 16-bit dtype so they match the weights."""
-        return _cast_floats(data, self._dtype)
+        return cast_floats(data, self._dtype)
 
     def tensor_init_context(self) -> AbstractContextManager[None]:
         """Create float tensors directly in 16 bits: a large model never exists in float32."""
-        return _default_dtype(self._dtype)
+        return default_dtype(self._dtype)
 
     def module_init_context(self) -> AbstractContextManager[None]:
         """Instantiate modules in 16 bits, for the same memory reason."""
-        return _default_dtype(self._dtype)
+        return default_dtype(self._dtype)
 
     def forward_context(self) -> AbstractContextManager[None]:
         """Tensors created inside forward default to the 16-bit dtype too."""
-        return _default_dtype(self._dtype)
+        return default_dtype(self._dtype)

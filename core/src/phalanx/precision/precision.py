@@ -8,41 +8,20 @@ themselves; they call these hooks, so any strategy works with any precision.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from phalanx._collections import apply_to_collection
 from phalanx.errors import MisconfigurationError
 
 __all__ = ["Precision"]
 
 _CLIP_ALGORITHMS = ("norm", "value")
-
-
-@contextmanager
-def _default_dtype(dtype: torch.dtype) -> Generator[None, None, None]:
-    """Temporarily make ``dtype`` torch's default float type, restoring the previous one."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(previous)
-
-
-def _cast_floats(data: Any, dtype: torch.dtype) -> Any:
-    """Cast floating-point tensors in ``data`` to ``dtype``; integer tensors (labels, ids) stay."""
-
-    def cast(tensor: torch.Tensor) -> torch.Tensor:
-        return tensor.to(dtype) if torch.is_floating_point(tensor) else tensor
-
-    return apply_to_collection(data, torch.Tensor, cast)
 
 
 def _optimizer_params(optimizer: Optimizer) -> list[torch.Tensor]:
@@ -67,6 +46,16 @@ class Precision:
 
     #: Canonical precision name, as accepted by ``Trainer(precision=...)``.
     precision: str = "32-true"
+    #: Whether this precision's step methods (backward, optimizer_step, the step contexts) only pass
+    #: the step through, so the Trainer may call ``optimizer.step(closure)`` directly (docs/trainer.md,
+    #: "the step pipeline"). Never inherited: a subclass takes the layered step unless its own class
+    #: body sets it True.
+    passes_step_through: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "passes_step_through" not in cls.__dict__:
+            cls.passes_step_through = False
 
     def setup(self, device: torch.device) -> None:
         """Learn the device the strategy will run on (autocast needs its type). No-op here."""
@@ -134,13 +123,13 @@ class Precision:
         """Give the Trainer its slot between gradients being ready and the optimizer stepping.
 
         The Trainer runs ``on_before_optimizer_step`` and gradient clipping there. It lives on the
-        Trainer (reached through ``model.trainer``) because only the Trainer knows the callbacks and
-        the clipping settings; a model without a trainer (manual use) simply has no such step.
+        stage's Run (reached through the public ``model.trainer.run``) because only the Trainer knows
+        the callbacks and the clipping settings; a model without a trainer (manual use) simply has
+        no such step.
         """
-        trainer = _trainer_of(model)
-        hook = getattr(trainer, "_before_optimizer_step", None) if trainer is not None else None
-        if callable(hook):
-            hook(optimizer)
+        run = getattr(_trainer_of(model), "run", None)
+        if run is not None:
+            run.before_optimizer_step(optimizer)
 
     def _wrap_closure(self, model: Any, optimizer: Optimizer, closure: Callable[[], Any]) -> Any:
         closure_result = closure()

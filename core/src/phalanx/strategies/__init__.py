@@ -44,9 +44,9 @@ def __getattr__(name: str) -> Any:
             return StrategyRegistry.get_class(entry.name)
     distribution = providing_distribution(name)
     if distribution is not None:
-        from phalanx.utilities import installed_version
+        from phalanx import _metadata  # not the phalanx.utilities façade: that sits above strategies
 
-        if installed_version(distribution) is not None:
+        if _metadata.version(distribution) is not None:
             msg = (
                 f"cannot import {name!r} from 'phalanx.strategies': {distribution} is installed but its plugin did not "
                 f"load (blocked by {DISABLE_ENV}={os.environ.get(DISABLE_ENV, '')!r}, or it failed); fix: run "

@@ -15,9 +15,9 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from phalanx._optim import optimizers_to_device
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO, PathLike
 from phalanx.errors import CheckpointError
+from phalanx.utilities.optim import optimizers_to_device
 
 __all__ = ["StrategyCheckpointing"]
 

@@ -9,20 +9,38 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 from torch.optim import Optimizer
 
 from phalanx.precision.precision import Precision
-from phalanx.strategies._redirect import call_through_wrapper
+from phalanx.utilities.wrappers import call_through_wrapper
 
 __all__ = ["StrategySteps"]
 
 
 class StrategySteps:
     """Step methods mixed into :class:`~phalanx.strategies.strategy.Strategy`."""
+
+    #: Whether this strategy's step methods (``training_step``, ``backward``, ``optimizer_step``...)
+    #: only pass the step through (calling the Module through :attr:`forward_wrapper`), so the
+    #: Trainer may run ``optimizer.step(closure)`` itself (docs/trainer.md, "the step pipeline").
+    #: Never inherited: a subclass takes the layered step unless its own class body sets it True.
+    passes_step_through: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "passes_step_through" not in cls.__dict__:
+            cls.passes_step_through = False
+
+    @property
+    def training_step_runs_backward(self) -> bool:
+        """Whether ``training_step`` already ran backward (a pipeline schedule does forward and
+        backward per microbatch). Then the Trainer zeroes gradients *before* the step and does not
+        backpropagate the loss it returns; ``on_before_backward`` / ``on_after_backward`` still run."""
+        return False
 
     # Provided by Strategy.
     _module: nn.Module | None

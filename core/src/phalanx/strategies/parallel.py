@@ -95,6 +95,9 @@ class ParallelStrategy(ParallelCollectives, Strategy):
             ``timedelta``.
     """
 
+    #: Runs the Module through its wrapper only: the Trainer may take the direct step.
+    passes_step_through = True
+
     #: Start methods this class accepts; subclasses whose state cannot travel to spawned workers
     #: narrow it (FSDP and DeepSpeed accept only "popen").
     supported_start_methods: tuple[str, ...] = START_METHODS

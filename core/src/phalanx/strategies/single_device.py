@@ -35,6 +35,9 @@ class SingleDeviceStrategy(Strategy):
         MisconfigurationError: ``device`` is not a valid torch device.
     """
 
+    #: Calls the Module directly: the Trainer may take the direct step.
+    passes_step_through = True
+
     strategy_name: ClassVar[str] = "single_device"
 
     def __init__(

@@ -18,9 +18,8 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from phalanx._collections import move_data_to_device
 from phalanx._empty_init import SkipInit
-from phalanx._optim import LRSchedulerConfig, init_optimizers_and_lr_schedulers, optimizers_to_device
+from phalanx._module_hooks import BatchTransferHooks
 from phalanx.accelerators.accelerator import Accelerator
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO
 from phalanx.checkpoint_io.torch_io import TorchCheckpointIO
@@ -31,6 +30,9 @@ from phalanx.strategies._collectives import StrategyCollectives, TBroadcast
 from phalanx.strategies._hooks import StrategyHooks
 from phalanx.strategies._steps import StrategySteps
 from phalanx.strategies.configuration import StrategyConfiguration
+from phalanx.utilities.apply_func import move_data_to_device
+from phalanx.utilities.model_helpers import is_overridden
+from phalanx.utilities.optim import LRSchedulerConfig, init_optimizers_and_lr_schedulers, optimizers_to_device
 
 __all__ = ["Strategy", "TBroadcast"]
 
@@ -406,7 +408,11 @@ _BATCH_HOOKS = frozenset(("on_before_batch_transfer", "transfer_batch_to_device"
 
 
 def _hooks_on_instance(module: nn.Module) -> bool:
-    """Whether a batch-transfer hook was assigned on the instance (three look-ups, not a walk of its dict)."""
+    """Whether a batch-transfer hook was assigned on the instance (three look-ups, not a walk of its dict).
+
+    The per-batch half of ``is_overridden`` for these three hooks: the class half is cached in
+    :func:`_default_batch_hooks`, and this runs every batch, so it is written out for speed.
+    """
     attributes = module.__dict__
     return (
         "on_before_batch_transfer" in attributes
@@ -418,6 +424,4 @@ def _hooks_on_instance(module: nn.Module) -> bool:
 @functools.cache
 def _default_batch_hooks(cls: type) -> bool:
     """Whether ``cls`` keeps the Module's three batch-transfer hooks (then one move does it all)."""
-    from phalanx.module import Module
-
-    return all(getattr(cls, name, None) is getattr(Module, name) for name in _BATCH_HOOKS)
+    return not any(is_overridden(name, cls, BatchTransferHooks) for name in _BATCH_HOOKS)

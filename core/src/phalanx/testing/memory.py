@@ -32,7 +32,9 @@ from typing import ClassVar
 
 import pytest
 
-from phalanx.memory import MemoryEstimate, MemoryRequest, build_on_meta, estimate_memory, summarize_model
+from phalanx.memory import MemoryEstimate, MemoryRequest
+from phalanx.model_shapes import build_on_meta, summarize_model
+from phalanx.planning import estimate_memory
 from phalanx.testing.processes import Job
 
 __all__ = ["MemoryConformance", "measure", "planned"]

@@ -18,15 +18,19 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from phalanx.callbacks.model_checkpoint import ModelCheckpoint
 from phalanx.errors import CheckpointError, MisconfigurationError
+from phalanx.version import __version__
 
 if TYPE_CHECKING:
-    from phalanx.trainer.trainer import Trainer
+    from phalanx.trainer.run import Run
+    from phalanx.trainer_view import TrainerView
 
 __all__ = [
     "FORMAT_VERSION",
     "capture_rng",
     "check_matches_module",
+    "checkpoint_dir",
     "dump_checkpoint",
     "find_last_checkpoint",
     "load_checkpoint",
@@ -74,16 +78,13 @@ def restore_rng(state: dict[str, Any] | None, generators: list[torch.Generator] 
 
 
 # ---------------------------------------------------------------------- writing
-def dump_checkpoint(trainer: Trainer, *, weights_only: bool = False) -> dict[str, Any]:
+def dump_checkpoint(run: Run, *, weights_only: bool = False) -> dict[str, Any]:
     """The checkpoint dict for the current state (see docs/trainer.md for the layout)."""
-    from phalanx import __version__
-
-    module = trainer._require_module("save_checkpoint")
-    strategy = trainer.strategy
+    trainer, module, strategy, fit_loop = run.trainer, run.module, run.strategy, run.fit_loop
     checkpoint: dict[str, Any] = {
         "phalanx_version": __version__,
         "format_version": FORMAT_VERSION,
-        "strategy": trainer._strategy_name,
+        "strategy": trainer.strategy_name,
         "world_size": trainer.world_size,
         "module_class": f"{type(module).__module__}.{type(module).__qualname__}",
         "epoch": trainer.current_epoch,
@@ -91,13 +92,13 @@ def dump_checkpoint(trainer: Trainer, *, weights_only: bool = False) -> dict[str
         "state_dict": strategy.module_state_dict(),
     }
     if not weights_only:
-        checkpoint["loops"] = {"fit": trainer.fit_loop.state_dict()}
-        checkpoint["rng_states"] = trainer.fit_loop.rng_states()
+        checkpoint["loops"] = {"fit": fit_loop.state_dict()}
+        checkpoint["rng_states"] = fit_loop.rng_states()
         checkpoint["optimizer_states"] = [strategy.optimizer_state(opt) for opt in strategy.optimizers]
         checkpoint["lr_schedulers"] = [config.scheduler.state_dict() for config in strategy.lr_scheduler_configs]
         checkpoint["precision_plugin"] = strategy.precision_plugin.state_dict()
-        checkpoint["metrics"] = trainer._logger_connector.state_dict()
-        if trainer.fit_loop.mid_accumulation:
+        checkpoint["metrics"] = run.metrics.state_dict()
+        if fit_loop.mid_accumulation:
             # gradients of an unfinished accumulation window are training state too
             checkpoint["accumulated_grads"] = {
                 name: param.grad for name, param in module.named_parameters() if param.grad is not None
@@ -108,18 +109,28 @@ def dump_checkpoint(trainer: Trainer, *, weights_only: bool = False) -> dict[str
             if state:
                 states[callback.state_key] = state
         checkpoint["callbacks"] = states
-        for callback in trainer.callbacks:
-            callback.on_save_checkpoint(trainer, module, checkpoint)
+        run.hooks.call_callbacks("on_save_checkpoint", checkpoint)
     module.on_save_checkpoint(checkpoint)
     return checkpoint
 
 
 # ---------------------------------------------------------------------- finding
-def _default_dirs(trainer: Trainer) -> list[Path]:
-    dirs: list[Path] = []
-    for callback in trainer.checkpoint_callbacks:
-        if callback.dirpath:
-            dirs.append(Path(callback.dirpath))
+def checkpoint_dir(trainer: TrainerView) -> str:
+    """Where this Trainer's checkpoints go: the first ModelCheckpoint's directory, else
+    ``trainer.default_checkpoint_dir`` (what a ModelCheckpoint without ``dirpath`` uses).
+
+    The one answer for ModelCheckpoint's default, preemption's checkpoint and ``ckpt_path="last"``.
+    """
+    for callback in trainer.callbacks:
+        if isinstance(callback, ModelCheckpoint) and callback.dirpath:
+            return callback.dirpath
+    return trainer.default_checkpoint_dir
+
+
+def _default_dirs(trainer: TrainerView) -> list[Path]:
+    dirs: list[Path] = [
+        Path(cb.dirpath) for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath
+    ]
     roots = {Path(trainer.default_root_dir) / "phalanx_logs"}
     for logger in trainer.loggers:
         if logger.save_dir is not None:
@@ -128,6 +139,7 @@ def _default_dirs(trainer: Trainer) -> list[Path]:
         if root.is_dir():
             dirs.extend(sorted(p / "checkpoints" for p in root.iterdir() if p.is_dir()))
     dirs.append(Path(trainer.default_root_dir) / "checkpoints")
+    dirs.append(Path(trainer.default_checkpoint_dir))
     return dirs
 
 
@@ -149,7 +161,7 @@ def _is_complete(path: Path) -> bool:
         return False
 
 
-def find_last_checkpoint(trainer: Trainer) -> str | None:
+def find_last_checkpoint(trainer: TrainerView) -> str | None:
     """The most recently written complete ``*.ckpt`` in the checkpoint directories this Trainer uses."""
     candidates = [
         path for d in _default_dirs(trainer) if d.is_dir() for path in d.glob("*.ckpt") if _is_complete(path)
@@ -160,7 +172,7 @@ def find_last_checkpoint(trainer: Trainer) -> str | None:
     return str(newest)
 
 
-def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, fn: str) -> str | None:
+def resolve_ckpt_path(trainer: TrainerView, ckpt_path: Any, fn: str) -> str | None:
     """Turn ``ckpt_path`` (a path, ``"last"``, ``"best"`` or None) into a path, failing early.
 
     Raises:
@@ -185,7 +197,7 @@ def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, fn: str) -> str | None:
             )
         return path
     if ckpt_path == "best":
-        callback = trainer.checkpoint_callback
+        callback = next((cb for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint)), None)
         if fn == "fit" or callback is None or not callback.best_model_path:
             msg = (
                 f"{fn}(ckpt_path='best') needs a ModelCheckpoint that already saved a best model"
@@ -205,7 +217,7 @@ def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, fn: str) -> str | None:
 
 
 # ---------------------------------------------------------------------- loading
-def load_checkpoint(trainer: Trainer, path: str, *, fn: str) -> dict[str, Any]:
+def load_checkpoint(trainer: TrainerView, path: str, *, fn: str) -> dict[str, Any]:
     """Read and sanity-check a checkpoint (every rank reads).
 
     A strategy that restores after setup (``restore_checkpoint_after_setup``, e.g. sharded FSDP)
@@ -275,7 +287,7 @@ def check_matches_module(checkpoint: dict[str, Any], module: torch.nn.Module, pa
         raise CheckpointError(" ".join(parts))
 
 
-def restore(trainer: Trainer, path: str, *, fn: str, fitting: bool) -> None:
+def restore(run: Run, path: str) -> None:
     """The one restore path, run after ``strategy.setup``: read, check, load weights, then the rest.
 
     After setup every strategy's model and optimizers exist in their final (wrapped, sharded)
@@ -283,30 +295,29 @@ def restore(trainer: Trainer, path: str, *, fn: str, fitting: bool) -> None:
     living only in their own objects (``restore_checkpoint_after_setup``: FSDP, DeepSpeed) check
     the checkpoint against the model themselves; for the others the Trainer does it here.
     """
-    checkpoint = load_checkpoint(trainer, path, fn=fn)
-    if not trainer.strategy.restore_checkpoint_after_setup:
-        check_matches_module(checkpoint, trainer._require_module("restore"), path)
-    restore_module(trainer, checkpoint, path)
-    if fitting:
-        restore_training_state(trainer, checkpoint, path)
+    checkpoint = load_checkpoint(run.trainer, path, fn=run.fn.value)
+    if not run.strategy.restore_checkpoint_after_setup:
+        check_matches_module(checkpoint, run.module, path)
+    restore_module(run, checkpoint, path)
+    if run.fn.value == "fit":
+        restore_training_state(run, checkpoint, path)
 
 
-def restore_module(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
+def restore_module(run: Run, checkpoint: dict[str, Any], path: str) -> None:
     """Load the weights (after ``on_load_checkpoint`` lets the Module adapt the dict)."""
-    module = trainer._require_module("restore")
+    module = run.module
     module.on_load_checkpoint(checkpoint)
     try:
-        trainer.strategy.load_model_state_dict(checkpoint, strict=getattr(module, "strict_loading", True))
+        run.strategy.load_model_state_dict(checkpoint, strict=getattr(module, "strict_loading", True))
     except RuntimeError as error:
         first = str(error).splitlines()[0]
         msg = f"Loading the weights of {path!r} into {type(module).__qualname__} failed: {first}. Pass a checkpoint of this model."
         raise CheckpointError(msg) from error
 
 
-def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
+def restore_training_state(run: Run, checkpoint: dict[str, Any], path: str) -> None:
     """Restore callbacks, precision, optimizers, schedulers, metrics and the loop position."""
-    module = trainer._require_module("restore")
-    strategy = trainer.strategy
+    trainer, module, strategy = run.trainer, run.module, run.strategy
     states = checkpoint.get("callbacks", {})
     for callback in trainer.callbacks:
         if callback.state_key in states:
@@ -344,5 +355,5 @@ def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], path: s
             "than the original run would have.",
             stacklevel=2,
         )
-    trainer.fit_loop.load_state_dict(loop_state, checkpoint.get("rng_states"))
-    trainer._logger_connector.load_state_dict(checkpoint.get("metrics", {}), strategy.root_device)
+    run.fit_loop.load_state_dict(loop_state, checkpoint.get("rng_states"))
+    run.metrics.load_state_dict(checkpoint.get("metrics", {}), strategy.root_device)

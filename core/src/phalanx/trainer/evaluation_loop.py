@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from phalanx.trainer.data import limit_batches, num_batches, prepare_loader
-from phalanx.trainer.logging_connector import LoggerConnector
-from phalanx.trainer.state import RunningStage
+from phalanx.trainer.metrics import MetricStore
+from phalanx.trainer_view import RunningStage
 
 if TYPE_CHECKING:
-    from phalanx.trainer.trainer import Trainer
+    from phalanx.trainer.run import Run
 
 __all__ = ["EvaluationLoop"]
 
@@ -29,50 +29,45 @@ class EvaluationLoop:
     """Runs ``validation_step`` or ``test_step`` over the evaluation dataloaders.
 
     Args:
-        trainer: The Trainer.
         stage: ``"validate"`` or ``"test"``.
     """
 
-    def __init__(self, trainer: Trainer, stage: str) -> None:
-        self.trainer = trainer
+    def __init__(self, stage: str) -> None:
         self.stage = stage
         self._prefix, self._running_stage, self._limit_name = _NAMES[stage]
         self.dataloaders: list[Any] = []
         self.num_batches: list[float] = []
         self.has_run = False
 
-    def setup(self, loaders: list[Any]) -> None:
+    def setup(self, run: Run, loaders: list[Any]) -> None:
         """Prepare the dataloaders and count their batches (after ``limit_*_batches``)."""
-        trainer = self.trainer
-        limit = getattr(trainer, self._limit_name)
+        config = run.config
+        limit = getattr(config, self._limit_name)
+        self.has_run = False
         self.dataloaders = [
-            prepare_loader(
-                loader, trainer.strategy, use_distributed_sampler=trainer.use_distributed_sampler, shuffle=False
-            )
+            prepare_loader(loader, run.strategy, use_distributed_sampler=config.use_distributed_sampler, shuffle=False)
             for loader in loaders
         ]
         self.num_batches = [limit_batches(limit, num_batches(dl), name=self._limit_name) for dl in self.dataloaders]
 
-    def run(self) -> list[dict[str, float]]:
+    def run(self, run: Run) -> list[dict[str, float]]:
         """Evaluate once; returns one dict of epoch metrics per dataloader."""
-        trainer = self.trainer
-        strategy = trainer.strategy
-        connector = trainer._logger_connector
+        strategy, hooks, connector = run.strategy, run.hooks, run.metrics
         prefix = f"on_{self._prefix}"
         step = getattr(strategy, f"{self._prefix}_step")
         step_name = f"{self._prefix}_step"
-        previous_stage = trainer.state.stage
-        trainer.state.stage = self._running_stage
+        previous_stage = run.stage
+        run.stage = self._running_stage
         connector.stage = self.stage
         connector.reset(self.stage)
-        was_training = trainer.model.training
-        trainer._call_module_hook(f"{prefix}_model_eval")
+        was_training = run.trainer.model.training
+        hooks.call_module(f"{prefix}_model_eval")
         multiple = len(self.dataloaders) > 1
         try:
             with torch.no_grad():
-                trainer._call_hooks(f"{prefix}_start")
+                hooks.call(f"{prefix}_start")
                 getattr(strategy, f"{prefix}_start")()
-                trainer._call_hooks(f"{prefix}_epoch_start")
+                hooks.call(f"{prefix}_epoch_start")
                 for dataloader_idx, (loader, limit) in enumerate(zip(self.dataloaders, self.num_batches)):
                     if limit == 0:
                         continue
@@ -82,20 +77,20 @@ class EvaluationLoop:
                             break
                         batch = strategy.batch_to_device(batch, dataloader_idx=dataloader_idx)
                         connector.begin_batch(batch, dataloader_idx if multiple else None)
-                        trainer._call_hooks(f"{prefix}_batch_start", batch, batch_idx, *extra)
-                        trainer._current_fx = step_name
+                        hooks.call(f"{prefix}_batch_start", batch, batch_idx, *extra)
+                        hooks.current = step_name
                         output = step(batch, batch_idx, *extra)
                         connector.flush_step()
-                        trainer._call_hooks(f"{prefix}_batch_end", output, batch, batch_idx, *extra)
+                        hooks.call(f"{prefix}_batch_end", output, batch, batch_idx, *extra)
                 connector.begin_batch(None)
-                trainer._call_hooks(f"{prefix}_epoch_end")
+                hooks.call(f"{prefix}_epoch_end")
                 published = connector.epoch_end(self.stage)
                 self.has_run = True
-                trainer._call_hooks(f"{prefix}_end")
+                hooks.call(f"{prefix}_end")
                 getattr(strategy, f"{prefix}_end")()
         finally:
             if was_training:
-                trainer._call_module_hook(f"{prefix}_model_train")
+                hooks.call_module(f"{prefix}_model_train")
             connector.stage = "train"
-            trainer.state.stage = previous_stage
-        return LoggerConnector.results(published, len(self.dataloaders))
+            run.stage = previous_stage
+        return MetricStore.results(published, len(self.dataloaders))

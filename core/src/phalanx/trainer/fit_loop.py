@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from phalanx.errors import MisconfigurationError
-from phalanx.strategies._hooks import StrategyHooks
+from phalanx.strategies import Strategy
 from phalanx.trainer.checkpointing import capture_rng, restore_rng
 from phalanx.trainer.data import (
     generators_of,
@@ -24,12 +24,14 @@ from phalanx.trainer.data import (
     prepare_loader,
     set_sampler_epoch,
 )
-from phalanx.trainer.optimization import direct_step, run_automatic, run_direct
 from phalanx.trainer.preemption import Preemption
-from phalanx.trainer.state import RunningStage
+from phalanx.trainer.step import direct_step, run_automatic, run_direct
+from phalanx.trainer_view import RunningStage
+from phalanx.utilities.model_helpers import is_overridden
 
 if TYPE_CHECKING:
-    from phalanx.trainer.trainer import Trainer
+    from phalanx.trainer.config import TrainerConfig
+    from phalanx.trainer.run import Run
 
 __all__ = ["FitLoop"]
 
@@ -51,10 +53,14 @@ def _with_last(iterator: Iterator[Any]) -> Iterator[tuple[Any, bool]]:
 
 
 class FitLoop:
-    """Runs training epochs for :meth:`Trainer.fit`."""
+    """Runs training epochs for :meth:`Trainer.fit`.
 
-    def __init__(self, trainer: Trainer) -> None:
-        self.trainer = trainer
+    The Trainer keeps one FitLoop for its lifetime: its position (``epoch``, ``global_step``) is
+    ``trainer.current_epoch`` / ``trainer.global_step``, also after fit. Each fit hands it the
+    stage's :class:`~phalanx.trainer.run.Run`.
+    """
+
+    def __init__(self) -> None:
         self.epoch = 0
         self.global_step = 0
         self.batches_done = 0
@@ -70,7 +76,13 @@ class FitLoop:
         self._last_logged_step = -1
         self._direct: Any = None  # the step run_direct calls, when it replaces the layered step
         self._strategy_batch_hook = True
-        self.preemption = Preemption(trainer)
+        self._accumulate = 1
+        self.preemption = Preemption()
+
+    @property
+    def uses_direct_step(self) -> bool:
+        """Whether this fit takes the direct step (nothing in the step customised; see trainer/step.py)."""
+        return self._direct is not None
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -88,11 +100,10 @@ class FitLoop:
     @property
     def mid_accumulation(self) -> bool:
         """Whether gradients of an unfinished accumulation window are pending (they go into checkpoints)."""
-        trainer = self.trainer
         return (
             self.phase != "epoch_end"
             and 0 < self.batches_done < self.num_batches
-            and self.batches_done % trainer.accumulate_grad_batches != 0
+            and self.batches_done % self._accumulate != 0
         )
 
     def rng_states(self) -> dict[str, Any]:
@@ -117,22 +128,21 @@ class FitLoop:
             )
 
     # ------------------------------------------------------------------ setup
-    def setup(self, loader: Any) -> None:
+    def setup(self, run: Run, loader: Any) -> None:
         """Prepare the training dataloader and the validation schedule.
 
         Raises:
             MisconfigurationError: A validation interval that does not fit the dataloader.
         """
-        trainer = self.trainer
-        self.dataloader = prepare_loader(
-            loader, trainer.strategy, use_distributed_sampler=trainer.use_distributed_sampler
-        )
+        config = run.config
+        self._accumulate = config.accumulate_grad_batches
+        self.dataloader = prepare_loader(loader, run.strategy, use_distributed_sampler=config.use_distributed_sampler)
         self._generators = generators_of(self.dataloader)
         total = num_batches(self.dataloader)
-        self.num_batches = limit_batches(trainer.limit_train_batches, total, name="limit_train_batches")
-        interval = trainer.val_check_interval
+        self.num_batches = limit_batches(config.limit_train_batches, total, name="limit_train_batches")
+        interval = config.val_check_interval
         if isinstance(interval, int):
-            if trainer.check_val_every_n_epoch is not None and interval > self.num_batches:
+            if config.check_val_every_n_epoch is not None and interval > self.num_batches:
                 msg = (
                     f"Trainer(val_check_interval={interval}) is larger than the {int(self.num_batches)} training "
                     "batches of an epoch. Pass a smaller value, or check_val_every_n_epoch=None to count batches "
@@ -151,57 +161,63 @@ class FitLoop:
         else:
             self.val_check_batch = float(max(1, int(self.num_batches * interval)))
 
-    # ------------------------------------------------------------------ running
-    @property
-    def done(self) -> bool:
-        """Whether max_steps / max_epochs is reached or a callback set ``trainer.should_stop``."""
-        trainer = self.trainer
-        if trainer.max_steps != -1 and self.global_step >= trainer.max_steps:
-            return True
-        if trainer.max_epochs != -1 and self.epoch >= trainer.max_epochs:
-            return True
-        return trainer.should_stop
+    def estimated_stepping_batches(self, config: TrainerConfig) -> float:
+        """Optimizer steps a fit with ``config`` takes from the start (see ``Trainer.estimated_stepping_batches``)."""
+        if config.max_epochs == -1 or math.isinf(self.num_batches):
+            by_epochs = math.inf
+        else:
+            by_epochs = math.ceil(self.num_batches / config.accumulate_grad_batches) * config.max_epochs
+        return float(by_epochs if config.max_steps == -1 else min(config.max_steps, by_epochs))
 
-    def run(self) -> None:
+    # ------------------------------------------------------------------ running
+    def done(self, run: Run) -> bool:
+        """Whether max_steps / max_epochs is reached or a callback set ``trainer.should_stop``."""
+        config = run.config
+        if config.max_steps != -1 and self.global_step >= config.max_steps:
+            return True
+        if config.max_epochs != -1 and self.epoch >= config.max_epochs:
+            return True
+        return run.should_stop
+
+    def run(self, run: Run) -> None:
         """Train until done."""
-        trainer = self.trainer
+        config = run.config
         if self.num_batches == 0:
             warnings.warn("Trainer(limit_train_batches=0): no training batches, training is skipped.", stacklevel=2)
             return
-        if self.done:
+        if self.done(run):
             warnings.warn(
                 f"fit() has nothing to do: the run is already at epoch {self.epoch}, step {self.global_step} "
-                f"(max_epochs={trainer.max_epochs}, max_steps={trainer.max_steps}). Raise the limits to train more.",
+                f"(max_epochs={config.max_epochs}, max_steps={config.max_steps}). Raise the limits to train more.",
                 stacklevel=2,
             )
             return
-        trainer._call_hooks("on_train_start")
-        trainer.strategy.on_train_start()
-        self._direct = direct_step(trainer)
-        hook = type(trainer.strategy).on_train_batch_start
-        self._strategy_batch_hook = hook is not StrategyHooks.on_train_batch_start  # a no-op is not called
-        while not self.done:
-            self.run_epoch()
-        trainer._call_hooks("on_train_end")
-        trainer.strategy.on_train_end()
+        run.hooks.call("on_train_start")
+        run.strategy.on_train_start()
+        self._direct = direct_step(run)
+        self._strategy_batch_hook = is_overridden("on_train_batch_start", run.strategy, Strategy)  # a no-op is not called
+        while not self.done(run):
+            self.run_epoch(run)
+        run.hooks.call("on_train_end")
+        run.strategy.on_train_end()
 
-    def run_epoch(self) -> None:
+    def run_epoch(self, run: Run) -> None:
         """One epoch, or the rest of a resumed one."""
-        trainer = self.trainer
+        config = run.config
         resume, self._resume = self._resume, None
         if resume is not None and resume["phase"] == "epoch_end":
             restore_rng(resume["rng"].get("current"), self._generators)
-            self._finish_epoch(run_hooks=False)
+            self._finish_epoch(run, run_hooks=False)
             return
-        trainer.state.stage = RunningStage.TRAINING
+        run.stage = RunningStage.TRAINING
         loader = self.dataloader
         set_sampler_epoch(loader, self.epoch)
         start = resume["batches_done"] if resume is not None else 0
         if resume is None:
             self.batches_done = 0
             self.phase = "train"
-            trainer._logger_connector.reset("train")
-            trainer._call_hooks("on_train_epoch_start")
+            run.metrics.reset("train")
+            run.hooks.call("on_train_epoch_start")
             self._epoch_start_rng = capture_rng(self._generators)
             iterator = iter(loader)
         else:
@@ -212,12 +228,12 @@ class FitLoop:
                 iterator = iterate_skipping(loader, start)
             restore_rng(resume["rng"].get("current"), self._generators)
             if resume["phase"] == "train" and start > 0:
-                self._check_validation(start - 1, is_last=start == self.num_batches)
+                self._check_validation(run, start - 1, is_last=start == self.num_batches)
         sized = not math.isinf(self.num_batches)
         lookahead = None if sized else _with_last(iterator)
         batch_idx = start
         while batch_idx < self.num_batches:
-            if trainer.max_steps != -1 and self.global_step >= trainer.max_steps:
+            if config.max_steps != -1 and self.global_step >= config.max_steps:
                 return  # stopped mid-epoch: the epoch stays open so a resume continues it
             try:
                 if lookahead is None:
@@ -226,69 +242,68 @@ class FitLoop:
                     batch, is_last = next(lookahead)
             except StopIteration:
                 break
-            if self._run_batch(batch, batch_idx, is_last):
+            if self._run_batch(run, batch, batch_idx, is_last):
                 break
-            if trainer._has_validation:
-                self._check_validation(batch_idx, is_last)
+            if run.has_validation:
+                self._check_validation(run, batch_idx, is_last)
             else:
                 self.phase = "val"  # what _check_validation records when there is nothing to run
             batch_idx += 1
-            if self.preemption.should_stop(self.global_step):
+            if self.preemption.should_stop(run, self.global_step):
                 return  # preempted: checkpoint written; the epoch stays open so a resume continues it
-            if trainer.should_stop:
+            if run.should_stop:
                 break
-        self._finish_epoch(run_hooks=True)
+        self._finish_epoch(run, run_hooks=True)
 
-    def _run_batch(self, batch: Any, batch_idx: int, is_last: bool) -> bool:
+    def _run_batch(self, run: Run, batch: Any, batch_idx: int, is_last: bool) -> bool:
         """Train on one batch; True when ``on_train_batch_start`` returned -1 (end the epoch).
 
         This is the per-step hot path: work with nothing to do (hooks nobody overrides, an empty
         metric flush, schedulers that do not exist) is skipped by a test here rather than a call,
         which keeps the loop's per-step cost next to the plain loop's (see benchmarks/).
         """
-        trainer = self.trainer
-        strategy = trainer._strategy
-        connector = trainer._logger_connector
-        live = trainer._live_hooks
+        strategy = run.strategy
+        metrics = run.metrics
+        hooks = run.hooks
+        live = hooks.live
         batch = strategy.batch_to_device(batch)
-        connector.begin_batch(batch)
-        if "on_train_batch_start" in live and trainer._call_hooks("on_train_batch_start", batch, batch_idx) == -1:
+        metrics.begin_batch(batch)
+        if "on_train_batch_start" in live and hooks.call("on_train_batch_start", batch, batch_idx) == -1:
             return True
         if self._strategy_batch_hook:
             strategy.on_train_batch_start(batch, batch_idx)
         steps_before = self.global_step
-        if trainer._module.automatic_optimization:
+        if run.module.automatic_optimization:
             if self._direct is not None:
                 step_now = True  # no accumulation on this path
-                outputs = run_direct(trainer, self._direct, batch, batch_idx)
+                outputs = run_direct(run, self._direct, batch, batch_idx)
             else:
-                step_now = is_last or (batch_idx + 1) % trainer.accumulate_grad_batches == 0
-                outputs = run_automatic(trainer, batch, batch_idx, step_now=step_now)
+                step_now = is_last or (batch_idx + 1) % self._accumulate == 0
+                outputs = run_automatic(run, batch, batch_idx, step_now=step_now)
             if step_now:
                 self.global_step += 1
                 if strategy.lr_scheduler_configs:
-                    self._step_schedulers("step")
+                    self._step_schedulers(run, "step")
         else:
-            trainer._current_fx = "training_step"
+            hooks.current = "training_step"
             outputs = strategy.training_step(batch, batch_idx)
         self.batches_done = batch_idx + 1
         self.total_batches_done += 1
         self.phase = "train"
-        if connector._step_updates:
-            connector.flush_step()
+        if metrics.step_updates:
+            metrics.flush_step()
         if "on_train_batch_end" in live:
-            trainer._call_hooks("on_train_batch_end", outputs, batch, batch_idx)
-            if connector._step_updates:
-                connector.flush_step()
-        if self.global_step != steps_before and self.global_step % trainer.log_every_n_steps == 0:
-            connector.log_step_metrics(self.global_step - 1)
+            hooks.call("on_train_batch_end", outputs, batch, batch_idx)
+            if metrics.step_updates:
+                metrics.flush_step()
+        if self.global_step != steps_before and self.global_step % run.config.log_every_n_steps == 0:
+            metrics.log_step_metrics(self.global_step - 1)
         return False
 
-    def _should_validate(self, batch_idx: int, is_last: bool) -> bool:
-        trainer = self.trainer
-        if not trainer._has_validation:
+    def _should_validate(self, run: Run, batch_idx: int, is_last: bool) -> bool:
+        if not run.has_validation:
             return False
-        every = trainer.check_val_every_n_epoch
+        every = run.config.check_val_every_n_epoch
         if every is not None and (self.epoch + 1) % every != 0:
             return False
         if math.isinf(self.val_check_batch):
@@ -296,46 +311,43 @@ class FitLoop:
         current = self.total_batches_done if every is None else batch_idx + 1
         return current % self.val_check_batch == 0
 
-    def _check_validation(self, batch_idx: int, is_last: bool) -> None:
+    def _check_validation(self, run: Run, batch_idx: int, is_last: bool) -> None:
         """Run validation when due, without disturbing the training random streams."""
         self.phase = "val"
-        if not self._should_validate(batch_idx, is_last):
+        if not self._should_validate(run, batch_idx, is_last):
             return
-        trainer = self.trainer
         self._rng_before_val = capture_rng(self._generators)
         try:
-            trainer.val_loop.run()
+            run.val_loop.run(run)
         finally:
             restore_rng(self._rng_before_val, self._generators)
             self._rng_before_val = None
-            trainer.state.stage = RunningStage.TRAINING
+            run.stage = RunningStage.TRAINING
 
-    def _finish_epoch(self, *, run_hooks: bool) -> None:
-        trainer = self.trainer
+    def _finish_epoch(self, run: Run, *, run_hooks: bool) -> None:
         if run_hooks:
             self.phase = "epoch_end"
-            module = trainer._module
-            connector = trainer._logger_connector
-            trainer._current_fx = "on_train_epoch_end"
-            for hook in trainer._epoch_end_hooks[False]:
+            trainer, module, hooks, metrics = run.trainer, run.module, run.hooks, run.metrics
+            hooks.current = "on_train_epoch_end"
+            for hook in hooks.epoch_end_first:
                 hook(trainer, module)
             module.on_train_epoch_end()
-            trainer._current_fx = "on_train_epoch_end"
-            connector.epoch_end("train", write=False)
-            for hook in trainer._epoch_end_hooks[True]:
+            hooks.current = "on_train_epoch_end"
+            metrics.epoch_end("train", write=False)
+            for hook in hooks.epoch_end_monitoring:
                 hook(trainer, module)
-            connector.write_epoch()
-            trainer._current_fx = None
-        self._step_schedulers("epoch")
+            metrics.write_epoch()
+            hooks.current = None
+        self._step_schedulers(run, "epoch")
         self.epoch += 1
         self.batches_done = 0
         self.phase = "train"
 
-    def _step_schedulers(self, interval: str) -> None:
-        trainer = self.trainer
-        configs = trainer._strategy.lr_scheduler_configs
-        if not configs or not trainer._module.automatic_optimization:
+    def _step_schedulers(self, run: Run, interval: str) -> None:
+        configs = run.strategy.lr_scheduler_configs
+        if not configs or not run.module.automatic_optimization:
             return
+        callback_metrics = run.metrics.callback_metrics
         for config in configs:
             if config.interval != interval:
                 continue
@@ -343,11 +355,11 @@ class FitLoop:
             if index % config.frequency:
                 continue
             if config.reduce_on_plateau:
-                value = trainer.callback_metrics.get(config.monitor)
+                value = callback_metrics.get(config.monitor or "")
                 if value is None:
                     msg = (
                         f"ReduceLROnPlateau monitors {config.monitor!r}, which was not logged; logged metrics: "
-                        f"{sorted(trainer.callback_metrics)}. Log it with self.log({config.monitor!r}, ...) or "
+                        f"{sorted(callback_metrics)}. Log it with self.log({config.monitor!r}, ...) or "
                         "set 'strict': False in the scheduler dict."
                     )
                     if config.strict:

@@ -1,238 +1,118 @@
-"""The body of fit/validate/test/predict as it runs in each process.
+"""The Run: one stage's state in this process, which the loops receive.
 
-``Trainer.fit`` & co. validate their inputs in the calling process, then hand :func:`run_stage` to
-the strategy's launcher (if any), which runs it once per rank. Everything here happens inside a
-rank: process group setup, hooks, dataloaders, checkpoint restore, the loop and teardown. The order
-follows Lightning's so hooks observe the same state they would there.
+``Trainer.fit`` & co. hold configuration; what a stage changes while it runs (the Module being
+trained, its optimizers, which hook is running, whether to stop) lives here, in one object with
+public fields. The loops, the step pipeline, checkpointing and preemption read and write the Run,
+never the Trainer's fields; the Trainer's read-only properties (its TrainerView) read the Run.
+
+Lifetime: ``run_stage`` (:mod:`phalanx.trainer.stage`) creates it when a stage starts in a rank and
+the Trainer keeps it after the stage ends, so ``trainer.callback_metrics`` or
+``trainer.optimizers`` still answer after ``fit`` returns.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import warnings
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import torch
-
-from phalanx.errors import MisconfigurationError
-from phalanx.trainer import checkpointing
-from phalanx.trainer.data import as_loader_list
-from phalanx.trainer.optimization import StepOptimizer
-from phalanx.trainer.state import RunningStage, TrainerFn
+from phalanx.trainer_view import RunningStage, TrainerFn, TrainerState
 
 if TYPE_CHECKING:
-    from phalanx.trainer.trainer import Trainer
+    import torch
 
-__all__ = ["is_overridden", "run_stage"]
-
-_FIRST_STAGE = {
-    TrainerFn.FITTING: RunningStage.TRAINING,
-    TrainerFn.VALIDATING: RunningStage.VALIDATING,
-    TrainerFn.TESTING: RunningStage.TESTING,
-    TrainerFn.PREDICTING: RunningStage.PREDICTING,
-}
-_DATA_HOOK = {
-    TrainerFn.VALIDATING: "val_dataloader",
-    TrainerFn.TESTING: "test_dataloader",
-    TrainerFn.PREDICTING: "predict_dataloader",
-}
-
-
-def is_overridden(module: Any, name: str) -> bool:
-    """Whether ``module``'s class defines ``name`` itself rather than inheriting phalanx's default."""
     from phalanx.module import Module
+    from phalanx.strategies.strategy import Strategy
+    from phalanx.trainer.config import TrainerConfig
+    from phalanx.trainer.hook_runner import HookRunner
+    from phalanx.trainer.metrics import MetricStore
+    from phalanx.trainer_view import TrainerView
 
-    return getattr(type(module), name, None) is not getattr(Module, name, None)
-
-
-@contextlib.contextmanager
-def _deterministic(mode: bool | str) -> Iterator[None]:
-    """Apply ``Trainer(deterministic=...)`` for the run and restore the previous settings after."""
-    if mode is False:
-        yield
-        return
-    previous = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
-    previous_cudnn = (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
-    had_env = "CUBLAS_WORKSPACE_CONFIG" in os.environ
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True, warn_only=mode == "warn")
-    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = previous_cudnn
-        if not had_env:
-            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+__all__ = ["Run"]
 
 
-def _resolve_loaders(
-    trainer: Trainer, module: Any, given: Any, hook: str, argument: str, *, multiple: bool
-) -> list[Any]:
-    if given is None:
-        if not is_overridden(module, hook):
-            return []
-        trainer._current_fx = hook
-        given = getattr(module, hook)()
-        trainer._current_fx = None
-        if given is None:
-            return []
-    return as_loader_list(given, argument=argument, multiple=multiple)
+class Run:
+    """One stage (fit, validate, test or predict) as it runs in this process.
 
+    Args:
+        trainer: The Trainer, as callbacks see it (hooks receive it).
+        config: The Trainer's validated arguments (limits, intervals, clipping...).
+        fn: The entry point being run.
+        module: The Module.
+        strategy: The configured Strategy.
+        hooks: Calls callback and Module hooks; ``hooks.current`` is the hook running now.
+        metrics: The metric store ``self.log`` writes to (the Trainer's, kept across stages).
+        loops: The Trainer's fit, validation, test and predict loops (kept across stages: the fit
+            loop's position is ``trainer.global_step`` after fit). Typed ``Any`` here because the
+            loops and the step pipeline receive a Run: the Run imports none of them (no cycle).
+        state: The Trainer's state record (entry point, loop, status).
 
-def _setup_data(trainer: Trainer, fn: TrainerFn, module: Any, loaders: dict[str, Any]) -> None:
-    if fn is TrainerFn.FITTING:
-        train = _resolve_loaders(
-            trainer, module, loaders.get("train"), "train_dataloader", "train_dataloaders", multiple=False
-        )
-        if not train:
-            raise MisconfigurationError(
-                f"fit() got no training data: pass train_dataloaders=DataLoader(...) or define "
-                f"{type(module).__qualname__}.train_dataloader()."
+    Attributes:
+        optimizers: The optimizers as the strategy set them up.
+        step_optimizers: The same, stepping through the strategy (what ``Module.optimizers()`` returns).
+        should_stop: Set by callbacks (through ``trainer.should_stop``) or preemption: fit ends after this batch.
+        has_validation: Whether this fit validates (data and a ``validation_step``).
+    """
+
+    def __init__(
+        self,
+        trainer: TrainerView,
+        config: TrainerConfig,
+        fn: TrainerFn,
+        module: Module,
+        strategy: Strategy,
+        *,
+        hooks: HookRunner,
+        metrics: MetricStore,
+        loops: tuple[Any, Any, Any, Any],
+        state: TrainerState,
+    ) -> None:
+        self.trainer = trainer
+        self.config = config
+        self.fn = fn
+        self.module = module
+        self.strategy = strategy
+        self.hooks = hooks
+        self.metrics = metrics
+        self.fit_loop, self.val_loop, self.test_loop, self.predict_loop = loops
+        self.state = state
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self.step_optimizers: list[Any] = []  # StepOptimizer (trainer/step.py imports this module)
+        self.should_stop = False
+        self.has_validation = False
+
+    @property
+    def lr_scheduler_configs(self) -> list[Any]:
+        """The scheduler configurations, as the strategy holds them."""
+        return list(self.strategy.lr_scheduler_configs)
+
+    @property
+    def stage(self) -> RunningStage | None:
+        """The loop running now (validation runs inside fit)."""
+        return self.state.stage
+
+    @stage.setter
+    def stage(self, stage: RunningStage | None) -> None:
+        self.state.stage = stage
+
+    def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """The Trainer's slot between gradients being ready and the update: hooks, then clipping.
+
+        The precision calls it (through ``module.trainer.run``) once gradients are at their true
+        scale, so ``on_before_optimizer_step`` and clipping see unscaled gradients under AMP.
+        """
+        hooks = self.hooks
+        if "on_before_optimizer_step" in hooks.live:
+            hooks.call("on_before_optimizer_step", optimizer)
+        config = self.config
+        if config.gradient_clip_val or hooks.custom_clipping:
+            hooks.current = "configure_gradient_clipping"
+            self.module.configure_gradient_clipping(
+                optimizer,
+                gradient_clip_val=config.gradient_clip_val,
+                gradient_clip_algorithm=config.gradient_clip_algorithm,
             )
-        trainer.fit_loop.setup(train[0])
-        val: list[Any] = []
-        if trainer.limit_val_batches != 0:
-            val = _resolve_loaders(
-                trainer, module, loaders.get("val"), "val_dataloader", "val_dataloaders", multiple=True
-            )
-        if val and not is_overridden(module, "validation_step"):
-            warnings.warn(
-                f"Validation dataloaders were given but {type(module).__qualname__} has no validation_step; "
-                "validation is skipped. Define validation_step to validate during fit.",
-                stacklevel=4,
-            )
-            val = []
-        trainer.val_loop.setup(val)
-        trainer._has_validation = sum(trainer.val_loop.num_batches) > 0
-        return
-    hook = _DATA_HOOK[fn]
-    resolved = _resolve_loaders(trainer, module, loaders.get("eval"), hook, "dataloaders", multiple=True)
-    if not resolved:
-        raise MisconfigurationError(
-            f"{fn.value}() got no data: pass dataloaders=DataLoader(...) or define {type(module).__qualname__}.{hook}()."
-        )
-    loop = {TrainerFn.VALIDATING: trainer.val_loop, TrainerFn.TESTING: trainer.test_loop}.get(fn, trainer.predict_loop)
-    loop.setup(resolved)
+        hooks.current = "training_step"
 
-
-def _check_optimizers(trainer: Trainer, module: Any) -> None:
-    count = len(trainer._optimizers)
-    if module.automatic_optimization and count != 1:
-        what = "no optimizer" if count == 0 else f"{count} optimizers"
-        msg = (
-            f"{type(module).__qualname__}.configure_optimizers returned {what}; automatic optimization needs exactly "
-            "one. Return one optimizer, or set self.automatic_optimization = False and step them in training_step."
-        )
-        raise MisconfigurationError(msg)
-    if not module.automatic_optimization and trainer.gradient_clip_val:
-        msg = (
-            f"Trainer(gradient_clip_val={trainer.gradient_clip_val}) is not applied with manual optimization; "
-            "remove it and call self.clip_gradients(optimizer, ...) in training_step."
-        )
-        raise MisconfigurationError(msg)
-
-
-def _teardown(trainer: Trainer, module: Any, stage: str, status: str) -> None:
-    for callback in trainer.callbacks:
-        callback.teardown(trainer, module, stage)
-    trainer._current_fx = "teardown"
-    module.teardown(stage)
-    trainer._current_fx = None
-    for logger in trainer.loggers if trainer.is_global_zero else []:
-        logger.finalize(status)
-    trainer.strategy.teardown()
-
-
-def run_stage(
-    trainer: Trainer,
-    fn: TrainerFn,
-    module: Any,
-    loaders: dict[str, Any],
-    ckpt_path: str | None,
-    options: dict[str, Any],
-) -> Any:
-    """Run one entry point in this process (what the launcher calls on every rank)."""
-    strategy = trainer.strategy
-    trainer.state.fn, trainer.state.stage, trainer.state.status = fn, _FIRST_STAGE[fn], "running"
-    trainer.should_stop = False
-    trainer._module = module
-    module.trainer = trainer
-    strategy.connect(module)
-    trainer._build_hook_cache()
-    stage = fn.value
-    try:
-        with _deterministic(trainer.deterministic):
-            strategy.setup_environment()
-            ckpt_path = strategy.broadcast(ckpt_path)
-            for logger in trainer.loggers if trainer.is_global_zero else []:
-                logger.save()  # creates the run directory so the next run picks the next version
-            if trainer.local_rank == 0:
-                trainer._current_fx = "prepare_data"
-                module.prepare_data()
-            strategy.barrier("prepare_data")
-            for callback in trainer.callbacks:
-                callback.setup(trainer, module, stage)
-            trainer._current_fx = "setup"
-            module.setup(stage)
-            if is_overridden(module, "configure_model"):
-                trainer._current_fx = "configure_model"
-                with strategy.tensor_init_context(), strategy.model_sharded_context():
-                    module.configure_model()
-            trainer._current_fx = None
-            _setup_data(trainer, fn, module, loaders)
-            strategy.setup(trainer)
-            trainer._optimizers = list(strategy.optimizers)
-            trainer._wrapped_optimizers = [StepOptimizer(opt, trainer) for opt in trainer._optimizers]
-            if fn is TrainerFn.FITTING:
-                _check_optimizers(trainer, module)
-            if ckpt_path is not None:
-                # One restore path, after setup: sharded strategies load straight into their shards.
-                checkpointing.restore(trainer, ckpt_path, fn=stage, fitting=fn is TrainerFn.FITTING)
-            result = _run_loop(trainer, fn, options)
-    except BaseException as exception:
-        trainer.state.status = "interrupted"
-        for callback in trainer.callbacks:
-            callback.on_exception(trainer, module, exception)
-        strategy.on_exception(exception)
-        with contextlib.suppress(Exception):
-            _teardown(trainer, module, stage, "failed")
-        raise
-    trainer.state.status = "finished"
-    _teardown(trainer, module, stage, "success")
-    if fn is TrainerFn.FITTING:
-        trainer.fit_loop.preemption.exit_if_preempted()  # SystemExit(143) after a preemption checkpoint
-    trainer.state.stage = None
-    return result
-
-
-def _run_loop(trainer: Trainer, fn: TrainerFn, options: dict[str, Any]) -> Any:
-    if fn is TrainerFn.FITTING:
-        trainer._call_hooks("on_fit_start")
-        with trainer.fit_loop.preemption.armed():
-            trainer.fit_loop.run()
-        trainer._call_hooks("on_fit_end")
-        return None
-    if fn is TrainerFn.PREDICTING:
-        return trainer.predict_loop.run(return_predictions=options.get("return_predictions", True))
-    loop = trainer.val_loop if fn is TrainerFn.VALIDATING else trainer.test_loop
-    results = loop.run()
-    if options.get("verbose", True) and trainer.is_global_zero:
-        _print_results(fn.value, results)
-    return results
-
-
-def _print_results(stage: str, results: list[dict[str, float]]) -> None:
-    rows = [
-        (f"{key}" + (f" (dataloader {i})" if len(results) > 1 else ""), value)
-        for i, r in enumerate(results)
-        for key, value in sorted(r.items())
-    ]
-    if not rows:
-        return
-    width = max(len(name) for name, _ in rows)
-    print(f"{stage} results")
-    for name, value in rows:
-        print(f"  {name:<{width}}  {value:.6g}")
+    def count_manual_step(self) -> None:
+        """A manual ``optimizer.step()`` in training counts as an optimizer step (``global_step``)."""
+        if self.fn is TrainerFn.FITTING:
+            self.fit_loop.global_step += 1

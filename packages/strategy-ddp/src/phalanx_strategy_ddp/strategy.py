@@ -37,6 +37,9 @@ class DDPStrategy(ParallelStrategy):
             ``gradient_as_bucket_view``, ``bucket_cap_mb``, ...
     """
 
+    #: DDP's gradient sync runs in the wrapper's hooks: the Trainer may take the direct step.
+    passes_step_through = True
+
     strategy_name: ClassVar[str] = "ddp"
     #: DistributedDataParallel's constructor imports torch._dynamo on first use (seconds of work);
     #: imported once before forking, every forked worker starts with it.

@@ -46,7 +46,7 @@ if __name__ == "__main__":
             "world_size": trainer.world_size,
             "env": type(trainer.strategy.cluster_environment).__name__,
             "launcher": type(trainer.strategy.launcher).__name__,
-            "direct_step": trainer.fit_loop._direct is not None,  # nothing customised: the loop's direct step
+            "direct_step": trainer.fit_loop.uses_direct_step,  # nothing customised: the loop's direct step
             "callback_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
             "validate": metrics,
             "fit_seconds": fit_seconds,

@@ -229,7 +229,10 @@ class DeepSpeedCheckpointing:
 
     def _fitting(self) -> bool:
         module = self.require_module()  # type: ignore[attr-defined]
-        trainer = getattr(module, "_trainer", None)
+        try:
+            trainer = module.trainer  # a Module outside a Trainer raises: then this is a plain load
+        except RuntimeError:
+            trainer = None
         fn = getattr(getattr(trainer, "state", None), "fn", None)
         return fn is None or str(getattr(fn, "value", fn)) == "fit"
 

@@ -61,6 +61,9 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
             ``start_method="popen"``: sharded DTensor state cannot be sent back from spawned workers.
     """
 
+    #: FSDP2's all-gathers and reduce-scatters run in the module's hooks: the Trainer may take the direct step.
+    passes_step_through = True
+
     strategy_name: ClassVar[str] = "fsdp"
     supported_start_methods = ("popen",)
 

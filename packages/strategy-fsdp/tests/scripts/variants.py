@@ -96,7 +96,7 @@ def fit(out: str, run: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         "compute_dtype": model.compute_dtype,
         "sharded": model.sharded,
         "global_step": trainer.global_step,
-        "direct_step": trainer.fit_loop._direct is not None,
+        "direct_step": trainer.fit_loop.uses_direct_step,
     }
 
 

@@ -1,13 +1,14 @@
 """The strategy's pipeline state: this rank's stages, the schedule, and the step's gradients.
 
-Three things tie the pipelining schedule into the Trainer's step without any core change:
+Three things tie the pipelining schedule into the Trainer's step:
 
 * the stages are split out of the Module once (:meth:`PipelineSetup.split`), and with data
   parallel each stage is sharded over ``data_parallel`` (``fully_shard``) unless the Module did so;
 * the schedule runs forward and backward inside ``training_step``; gradient accumulation is
   honoured by zeroing at the start of a window and scaling the loss by 1/accumulate_grad_batches;
-* the Trainer zeroes gradients *between* ``training_step`` and ``backward``, so the gradients the
-  schedule made are set aside after it runs and put back by the strategy's ``backward``.
+* the strategy says so (``training_step_runs_backward``), so the Trainer zeroes gradients *before*
+  ``training_step`` and does not backpropagate the returned loss again (the core's step pipeline,
+  docs/trainer.md).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class PipelineSetup:
         self._in_step = False
         self._zero = False
         self._scale = 1.0
-        self._stash: list[tuple[torch.Tensor, Any]] | None = None
+        self._ran = False  # run() happened in this training step
 
     @classmethod
     def split(cls, strategy: Any, module: nn.Module) -> PipelineSetup:
@@ -84,10 +85,22 @@ class PipelineSetup:
         self._in_step = True
         self._zero = batch_idx % accumulate == 0
         self._scale = 1.0 / accumulate
-        self._stash = None
+        self._ran = False
 
-    def end_step(self) -> None:
+    def end_step(self, output: Any) -> None:
+        """Check that a training step which returned a loss ran the pipeline (which did backward).
+
+        Raises:
+            MisconfigurationError: ``training_step`` returned a loss without running the pipeline.
+        """
         self._in_step = False
+        if output is not None and not self._ran:
+            msg = (
+                "Under pipeline_parallel_size > 1, training_step must run the model through "
+                "self.trainer.strategy.run_pipeline(inputs, target=..., loss_fn=...) and return its loss; the schedule "
+                "does backward itself. Fix: replace the direct forward in training_step with run_pipeline."
+            )
+            raise MisconfigurationError(msg)
 
     def run(self, inputs: tuple[Any, ...], *, target: Any, loss_fn: Callable[[Any, Any], torch.Tensor] | None) -> Any:
         runner = self.runner
@@ -95,7 +108,7 @@ class PipelineSetup:
         training = self._in_step and torch.is_grad_enabled() and loss_fn is not None
         if not training:
             return runner.run(inputs, target=target, loss_fn=loss_fn)
-        if self._stash is not None:
+        if self._ran:
             msg = "training_step called run_pipeline twice for one batch; call it once per training_step."
             raise MisconfigurationError(msg)
         params = list(self.module.parameters())
@@ -103,22 +116,5 @@ class PipelineSetup:
             for param in params:
                 param.grad = None
         loss = runner.run(inputs, target=target, loss_fn=loss_fn, scale=self._scale)
-        self._stash = [(param, param.grad) for param in params]
+        self._ran = True
         return loss
-
-    def restore_gradients(self) -> None:
-        """Put back what the schedule computed (the Trainer zeroed gradients after training_step).
-
-        Raises:
-            MisconfigurationError: ``training_step`` returned a loss without running the pipeline.
-        """
-        if self._stash is None:
-            msg = (
-                "Under pipeline_parallel_size > 1, training_step must run the model through "
-                "self.trainer.strategy.run_pipeline(inputs, target=..., loss_fn=...) and return its loss; the schedule "
-                "does backward itself. Fix: replace the direct forward in training_step with run_pipeline."
-            )
-            raise MisconfigurationError(msg)
-        for param, grad in self._stash:
-            param.grad = grad
-        self._stash = None

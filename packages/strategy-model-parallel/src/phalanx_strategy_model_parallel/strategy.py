@@ -20,7 +20,6 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
-from torch.optim import Optimizer
 
 from phalanx.accelerators.accelerator import Accelerator
 from phalanx.errors import MisconfigurationError
@@ -245,8 +244,13 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ParallelStrategy):
         batch_idx = args[1] if len(args) > 1 else kwargs.get("batch_idx", 0)
         self._pipeline.begin_step(int(batch_idx), self._trainer)
         output = super().training_step(*args, **kwargs)
-        self._pipeline.end_step()
+        self._pipeline.end_step(output)
         return output
+
+    @property
+    def training_step_runs_backward(self) -> bool:
+        """Under pipeline parallel the schedule runs backward inside ``training_step``."""
+        return self._pipeline is not None
 
     def run_pipeline(
         self,
@@ -270,19 +274,6 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ParallelStrategy):
             msg = "run_pipeline needs pipeline_parallel_size > 1; with 1, call the model directly in training_step."
             raise MisconfigurationError(msg)
         return self._pipeline.run(inputs, target=target, loss_fn=loss_fn)
-
-    def backward(self, closure_loss: torch.Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> torch.Tensor:
-        """Under pipeline parallel the schedule already ran backward: put its gradients back.
-
-        The Trainer zeroes gradients between ``training_step`` and ``backward``; the gradients the
-        schedule produced inside ``training_step`` were set aside and are restored here.
-        """
-        if self._pipeline is None:
-            return super().backward(closure_loss, optimizer, *args, **kwargs)
-        self.pre_backward(closure_loss)
-        self._pipeline.restore_gradients()
-        self.post_backward(closure_loss)
-        return closure_loss
 
     def teardown(self) -> None:
         """Forget the schedule (its stages hold this run's shapes); the mesh stays for the next run."""

@@ -18,8 +18,8 @@ from torch import nn
 from phalanx.errors import MisconfigurationError
 
 if TYPE_CHECKING:
-    from phalanx._planning import PlanReport
-    from phalanx.trainer.trainer import Trainer
+    from phalanx.planning import PlanReport
+    from phalanx.trainer_view import TrainerView
 
 __all__ = ["optimizer_kind", "plan_run"]
 
@@ -59,7 +59,7 @@ def _first_optimizer(configured: Any) -> Any:
 
 def _described(model: nn.Module) -> nn.Module:
     """``model`` itself, or a meta-device copy with ``configure_model``'s layers when it has none yet."""
-    from phalanx.memory import build_on_meta
+    from phalanx.model_shapes import build_on_meta
 
     if any(True for _ in model.parameters()) or not callable(getattr(model, "configure_model", None)):
         return model
@@ -67,7 +67,7 @@ def _described(model: nn.Module) -> nn.Module:
 
 
 def plan_run(
-    trainer: Trainer,
+    trainer: TrainerView,
     model: Any,
     *,
     input_shape: tuple[int, ...] | None = None,
@@ -76,8 +76,9 @@ def plan_run(
     optimizer: str | None = None,
 ) -> PlanReport:
     """See :meth:`phalanx.Trainer.plan`."""
-    from phalanx._planning import plan_strategies
-    from phalanx.memory import parse_bytes, summarize_model
+    from phalanx.memory import parse_bytes
+    from phalanx.model_shapes import summarize_model
+    from phalanx.planning import plan_strategies
     from phalanx.registry import StrategyRegistry
 
     if not isinstance(model, nn.Module):
@@ -98,7 +99,7 @@ def plan_run(
             raise MisconfigurationError(msg)
         optimizer = optimizer_kind(found)
     summary = summarize_model(described, input_shape=input_shape, input_dtype=input_dtype)
-    name = trainer._strategy_name
+    name = trainer.strategy_name
     strategy = trainer.strategy
     params: dict[str, Any] = {}
     if name in StrategyRegistry:
@@ -108,11 +109,11 @@ def plan_run(
             name = type(strategy).__name__
     return plan_strategies(
         summary,
-        [trainer._strategy_name],
+        [trainer.strategy_name],
         devices=trainer.num_devices,
         num_nodes=int(trainer.num_nodes or 1),
         precision=trainer.precision,
         optimizer=optimizer,
         device_memory=None if device_memory is None else parse_bytes(device_memory),
-        init_params={trainer._strategy_name: params},
+        init_params={trainer.strategy_name: params},
     )

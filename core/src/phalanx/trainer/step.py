@@ -1,10 +1,30 @@
-"""One training step: forward, zero_grad, backward and optimizer step, in Lightning's order.
+"""The step pipeline: one training step, forward, zero_grad, backward and optimizer step, in
+Lightning's order. Read this file top to bottom to know what a step does.
 
-The step runs inside a closure handed to ``Module.optimizer_step`` -> ``optimizer.step`` ->
-``strategy.optimizer_step`` -> ``precision.optimizer_step``: the precision decides when the closure
-runs (loss scaling, LBFGS re-evaluation) and calls back into the Trainer between backward and the
-update for ``on_before_optimizer_step`` and gradient clipping. Accumulation steps run the closure
-directly under ``strategy.block_backward_sync()`` (DDP skips the gradient all-reduce there).
+There are two paths, chosen once per fit by :func:`direct_step`:
+
+**The layered step** (:func:`run_automatic`): every layer gets its say. The step runs inside a
+closure (:class:`TrainingStep`) handed to ``Module.optimizer_step`` -> ``optimizer.step`` (a
+:class:`StepOptimizer`) -> ``strategy.optimizer_step`` -> ``precision.optimizer_step``. The
+precision decides when the closure runs (loss scaling, LBFGS re-evaluation) and calls
+``run.before_optimizer_step`` between backward and the update, for ``on_before_optimizer_step``
+and gradient clipping. The closure runs ``strategy.training_step`` (through the strategy's wrapper
+and the precision's context), ``on_before_zero_grad`` / ``optimizer_zero_grad`` at the start of an
+accumulation window, ``on_before_backward``, ``strategy.backward`` (through the precision),
+``on_after_backward``. Accumulation steps run the closure directly under
+``strategy.block_backward_sync()`` (DDP skips the gradient all-reduce there).
+
+**The direct step** (:func:`run_direct`): when every layer only passes the step through, the same
+calls in the same order without the layers: ``optimizer.step(closure)`` with ``training_step``
+(through the strategy's wrapper, so DDP's and FSDP2's hooks fire), ``zero_grad`` and ``backward``
+in the closure. Strategies and precisions *declare* that their step is a pass-through with the
+class attribute ``passes_step_through`` (never inherited: a subclass that does not set it takes
+the layered step); the Module's step hooks are looked up in the hook table.
+
+**A strategy whose ``training_step`` already ran backward** (pipeline parallel: the schedule does
+forward and backward per microbatch) sets ``training_step_runs_backward`` to True: the step then
+zeroes gradients *before* ``training_step`` and does not backpropagate the returned loss again;
+the hooks around backward still run.
 """
 
 from __future__ import annotations
@@ -17,12 +37,13 @@ import torch
 from torch.optim import Optimizer
 
 from phalanx.errors import MisconfigurationError
-from phalanx.precision.precision import Precision
-from phalanx.strategies._redirect import call_through_wrapper
-from phalanx.strategies._steps import StrategySteps
+from phalanx.hooks import STEP_HOOKS
+from phalanx.module import Module
+from phalanx.utilities.model_helpers import is_overridden
+from phalanx.utilities.wrappers import call_through_wrapper
 
 if TYPE_CHECKING:
-    from phalanx.trainer.trainer import Trainer
+    from phalanx.trainer.run import Run
 
 __all__ = ["StepOptimizer", "TrainingStep", "direct_step", "run_automatic", "run_direct"]
 
@@ -31,18 +52,18 @@ class StepOptimizer:
     """What ``Module.optimizers()`` and ``Module.optimizer_step`` see: an optimizer that steps
     through the strategy, so precision scaling and strategy logic apply to manual calls too."""
 
-    def __init__(self, optimizer: Optimizer, trainer: Trainer) -> None:
+    def __init__(self, optimizer: Optimizer, run: Run) -> None:
         self.optimizer = optimizer
-        self._trainer = trainer
+        self._run = run
 
     def step(self, closure: Any = None, **kwargs: Any) -> Any:
         """Step through ``strategy.optimizer_step``; counts an optimizer step in manual optimization."""
-        trainer = self._trainer
+        run = self._run
         if closure is None:
             closure = _noop
-        result = trainer._strategy.optimizer_step(self.optimizer, closure, trainer._module, **kwargs)
-        if not trainer._module.automatic_optimization:
-            trainer.fit_loop.global_step += 1
+        result = run.strategy.optimizer_step(self.optimizer, closure, run.module, **kwargs)
+        if not run.module.automatic_optimization:
+            run.count_manual_step()
         return result
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -89,12 +110,12 @@ def _detached_outputs(output: Any, loss: torch.Tensor | None) -> Any:
 class TrainingStep:
     """The closure for one batch; records the step output for ``on_train_batch_end``."""
 
-    __slots__ = ("_trainer", "batch", "batch_idx", "divisor", "optimizer", "outputs", "ran", "zero_grad")
+    __slots__ = ("_run", "batch", "batch_idx", "divisor", "optimizer", "outputs", "ran", "zero_grad")
 
     def __init__(
-        self, trainer: Trainer, batch: Any, batch_idx: int, optimizer: Optimizer, *, zero_grad: bool, divisor: int
+        self, run: Run, batch: Any, batch_idx: int, optimizer: Optimizer, *, zero_grad: bool, divisor: int
     ) -> None:
-        self._trainer = trainer
+        self._run = run
         self.batch = batch
         self.batch_idx = batch_idx
         self.optimizer = optimizer
@@ -104,10 +125,13 @@ class TrainingStep:
         self.ran = False
 
     def __call__(self) -> torch.Tensor | None:
-        trainer = self._trainer
-        module = trainer._module
-        strategy = trainer._strategy
-        trainer._current_fx = "training_step"
+        run = self._run
+        strategy, hooks = run.strategy, run.hooks
+        live = hooks.live
+        ran_backward = strategy.training_step_runs_backward
+        if ran_backward:
+            self._zero_grad()  # the step's own backward writes the gradients: clear them first
+        hooks.current = "training_step"
         output = strategy.training_step(self.batch, self.batch_idx)
         detached = None
         if type(output) is torch.Tensor:  # the common case, without the general checks' calls
@@ -118,46 +142,53 @@ class TrainingStep:
             loss = _loss_of(output)
             self.outputs = _detached_outputs(output, loss)
         self.ran = True
-        live = trainer._live_hooks
-        if self.zero_grad:
-            if "on_before_zero_grad" in live:
-                trainer._call_hooks("on_before_zero_grad", self.optimizer)
-            module.optimizer_zero_grad(trainer.fit_loop.epoch, self.batch_idx, self.optimizer)
+        if not ran_backward:
+            self._zero_grad()
         if loss is None:
             return None
         if self.divisor > 1:
             loss = loss / self.divisor
         if "on_before_backward" in live:
-            trainer._call_hooks("on_before_backward", loss)
-        strategy.backward(loss, self.optimizer)
+            hooks.call("on_before_backward", loss)
+        if not ran_backward:
+            strategy.backward(loss, self.optimizer)
         if "on_after_backward" in live:
-            trainer._call_hooks("on_after_backward")
+            hooks.call("on_after_backward")
         return detached if self.divisor == 1 and detached is not None else loss.detach()
 
+    def _zero_grad(self) -> None:
+        """``on_before_zero_grad`` and ``optimizer_zero_grad`` at the start of an accumulation window."""
+        if not self.zero_grad:
+            return
+        run = self._run
+        if "on_before_zero_grad" in run.hooks.live:
+            run.hooks.call("on_before_zero_grad", self.optimizer)
+        run.module.optimizer_zero_grad(run.fit_loop.epoch, self.batch_idx, self.optimizer)
 
-def run_automatic(trainer: Trainer, batch: Any, batch_idx: int, *, step_now: bool) -> Any:
+
+def run_automatic(run: Run, batch: Any, batch_idx: int, *, step_now: bool) -> Any:
     """Run one batch with automatic optimization; returns the step outputs.
 
     Args:
-        trainer: The Trainer.
+        run: The stage's Run.
         batch: The batch, already on the device.
         batch_idx: Index of the batch in the epoch.
         step_now: Whether this batch closes an accumulation window (the optimizer steps).
     """
-    strategy = trainer._strategy
-    accumulate = trainer.accumulate_grad_batches
+    strategy = run.strategy
+    accumulate = run.config.accumulate_grad_batches
     handles = strategy.handles_gradient_accumulation
     closure = TrainingStep(
-        trainer,
+        run,
         batch,
         batch_idx,
-        trainer._optimizers[0],
+        run.optimizers[0],
         zero_grad=batch_idx % accumulate == 0,
         divisor=1 if handles else accumulate,
     )
     if step_now or handles:
-        trainer._current_fx = "optimizer_step"
-        trainer._module.optimizer_step(trainer.fit_loop.epoch, batch_idx, trainer._wrapped_optimizers[0], closure)
+        run.hooks.current = "optimizer_step"
+        run.module.optimizer_step(run.fit_loop.epoch, batch_idx, run.step_optimizers[0], closure)
         if not closure.ran:
             msg = (
                 "Module.optimizer_step was overridden without running the closure; call "
@@ -170,58 +201,39 @@ def run_automatic(trainer: Trainer, batch: Any, batch_idx: int, *, step_now: boo
     return closure.outputs
 
 
-#: The layers between the fit loop and ``optimizer.step`` that only pass a step through when they
-#: are at their defaults: the strategy's and the precision's step methods, the Module's step hooks.
-_STRATEGY_STEP_METHODS = ("optimizer_step", "backward", "pre_backward", "post_backward", "training_step", "_step")
-_PRECISION_STEP_METHODS = (
-    "optimizer_step",
-    "_wrap_closure",
-    "_after_closure",
-    "backward",
-    "pre_backward",
-    "post_backward",
-    "train_step_context",
-    "forward_context",
-)
+#: The Module's methods that, overridden, customise the step.
 _MODULE_STEP_METHODS = ("optimizer_step", "optimizer_zero_grad")
-_STEP_HOOKS = ("on_before_zero_grad", "on_before_backward", "on_after_backward", "on_before_optimizer_step")
+#: Step methods that, assigned on a strategy or precision *instance*, customise it as a subclass would.
+_STRATEGY_STEP_METHODS = ("optimizer_step", "backward", "pre_backward", "post_backward", "training_step")
+_PRECISION_STEP_METHODS = ("optimizer_step", "backward", "pre_backward", "post_backward", "train_step_context")
 _NOT_RUN: Any = object()  # run_direct's outputs until the closure has run
 
 
-def _at_default(obj: Any, base: type, names: tuple[str, ...]) -> bool:
-    cls = type(obj)
-    return all(getattr(cls, name) is getattr(base, name) and name not in vars(obj) for name in names)
-
-
-def direct_step(trainer: Trainer) -> Callable[..., Any] | None:
+def direct_step(run: Run) -> Callable[..., Any] | None:
     """What :func:`run_direct` calls for ``training_step`` in this fit, or None for the layered step.
 
     Not None when every layer of the step would only pass it through: automatic optimization
-    without accumulation or gradient clipping, no step hook with anything to call, the strategy's
-    and the precision's step methods inherited unchanged (so 32-true), and the Module's
+    without accumulation or gradient clipping, no step hook with anything to call, a strategy and a
+    precision that declare ``passes_step_through`` (so 32-true), and the Module's
     ``optimizer_step`` / ``optimizer_zero_grad`` not overridden. Then the step is the Module's
     ``training_step``, called through the strategy's ``forward_wrapper`` when it has one (DDP's
     wrapper, an FSDP2 module) exactly as the layered step calls it. Decided once, when training
     starts; anything customised keeps the layered path.
     """
-    from phalanx.module import Module
-
-    strategy = trainer._strategy
-    module = trainer._module
+    strategy, module, config = run.strategy, run.module, run.config
     precision = strategy.precision_plugin
     direct = (
-        module is not None
-        and module.automatic_optimization
-        and trainer.accumulate_grad_batches == 1
-        and not trainer.gradient_clip_val
-        and not trainer._custom_clipping
-        and trainer._live_hooks.isdisjoint(_STEP_HOOKS)
-        and isinstance(strategy, StrategySteps)
-        and _at_default(strategy, StrategySteps, _STRATEGY_STEP_METHODS)
-        and isinstance(precision, Precision)
-        and _at_default(precision, Precision, _PRECISION_STEP_METHODS)
-        and isinstance(module, Module)
-        and _at_default(module, Module, _MODULE_STEP_METHODS)
+        module.automatic_optimization
+        and config.accumulate_grad_batches == 1
+        and not config.gradient_clip_val
+        and not run.hooks.custom_clipping
+        and run.hooks.live.isdisjoint(STEP_HOOKS)
+        and strategy.passes_step_through
+        and not strategy.training_step_runs_backward
+        and precision.passes_step_through
+        and not any(is_overridden(name, module, Module) for name in _MODULE_STEP_METHODS)
+        and not any(is_overridden(name, strategy, type(strategy)) for name in _STRATEGY_STEP_METHODS)
+        and not any(is_overridden(name, precision, type(precision)) for name in _PRECISION_STEP_METHODS)
     )
     if not direct:
         return None
@@ -231,14 +243,14 @@ def direct_step(trainer: Trainer) -> Callable[..., Any] | None:
     return partial(call_through_wrapper, wrapper, module, "training_step")
 
 
-def run_direct(trainer: Trainer, step: Callable[..., Any], batch: Any, batch_idx: int) -> Any:
+def run_direct(run: Run, step: Callable[..., Any], batch: Any, batch_idx: int) -> Any:
     """:func:`run_automatic` with the pass-through layers left out (see :func:`direct_step`).
 
     The same calls in the same order, as Lightning makes them: ``optimizer.step(closure)``, and in
     the closure ``training_step``, ``optimizer.zero_grad()``, ``loss.backward()``. The per-step
     call-count test in core/tests holds the fit loop to this path's cost.
     """
-    optimizer = trainer._optimizers[0]
+    optimizer = run.optimizers[0]
     outputs: Any = _NOT_RUN
 
     def closure() -> torch.Tensor | None:
@@ -258,7 +270,7 @@ def run_direct(trainer: Trainer, step: Callable[..., Any], batch: Any, batch_idx
         loss.backward()
         return loss.detach()
 
-    trainer._current_fx = "training_step"
+    run.hooks.current = "training_step"
     optimizer.step(closure=closure)  # type: ignore[arg-type]  # torch's stub says float; a tensor is what it returns
     if outputs is _NOT_RUN:
         msg = (

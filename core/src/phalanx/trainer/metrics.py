@@ -15,28 +15,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from phalanx.errors import MisconfigurationError
+from phalanx.hooks import LOG_DEFAULTS
 
 if TYPE_CHECKING:
-    from phalanx.trainer.trainer import Trainer
+    from phalanx.trainer_view import TrainerView
 
-__all__ = ["LoggerConnector"]
+__all__ = ["MetricStore"]
 
-_STEP = (True, False)
-_EPOCH = (False, True)
-_STEP_HOOKS = (
-    "training_step on_train_batch_start on_train_batch_end on_before_backward on_after_backward "
-    "on_before_optimizer_step on_before_zero_grad optimizer_step optimizer_zero_grad configure_gradient_clipping"
-)
-_EPOCH_HOOKS = (
-    "on_train_start on_train_epoch_start on_train_epoch_end validation_step on_validation_start "
-    "on_validation_epoch_start on_validation_epoch_end on_validation_batch_start on_validation_batch_end "
-    "test_step on_test_start on_test_epoch_start on_test_epoch_end on_test_batch_start on_test_batch_end"
-)
-#: Hooks ``self.log`` may be called from, with their (on_step, on_epoch) defaults.
-FX_DEFAULTS: dict[str, tuple[bool, bool]] = {
-    **dict.fromkeys(_STEP_HOOKS.split(), _STEP),
-    **dict.fromkeys(_EPOCH_HOOKS.split(), _EPOCH),
-}
 _REDUCTIONS = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
 _TORCH_REDUCTIONS = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
 
@@ -100,17 +85,22 @@ def _batch_size(batch: Any) -> int:
     return 1
 
 
-class LoggerConnector:
-    """Collects ``self.log`` calls per stage and publishes them."""
+class MetricStore:
+    """Collects ``self.log`` calls per stage and publishes them (to callbacks, the bar, the loggers).
 
-    def __init__(self, trainer: Trainer) -> None:
+    Args:
+        trainer: The Trainer, through its public view (world size, strategy, loggers, position).
+    """
+
+    def __init__(self, trainer: TrainerView) -> None:
         self.trainer = trainer
         self.stores: dict[str, dict[str, _Metric]] = {"train": {}, "validate": {}, "test": {}}
         self.stage = "train"
         self.callback_metrics: dict[str, torch.Tensor] = {}
         self.logged_metrics: dict[str, float] = {}
         self.progress_bar: dict[str, torch.Tensor] = {}
-        self._step_updates: list[_Metric] = []
+        #: Step values logged since the last flush (the loop flushes only when there are some).
+        self.step_updates: list[_Metric] = []
         self._logger_pending: dict[str, torch.Tensor] = {}
         self._epoch_log: dict[str, torch.Tensor] = {}
         self._batch: Any = None
@@ -140,7 +130,7 @@ class LoggerConnector:
         add_dataloader_idx: bool,
     ) -> None:
         """Record one ``Module.log`` call made from hook ``fx``."""
-        defaults = FX_DEFAULTS.get(fx) if fx is not None else None
+        defaults = LOG_DEFAULTS.get(fx) if fx is not None else None
         if defaults is None:
             msg = (
                 f"self.log({name!r}, ...) was called from {fx or 'outside the Trainer'!s}, where logging is not "
@@ -176,7 +166,7 @@ class LoggerConnector:
             if sync_dist and self.trainer.world_size > 1:
                 step_value = self.trainer.strategy.reduce(tensor, reduce_op=reduce)
             metric.step_value = step_value
-            self._step_updates.append(metric)
+            self.step_updates.append(metric)
         if on_epoch:
             self._accumulate(metric, tensor, batch_size)
 
@@ -201,14 +191,14 @@ class LoggerConnector:
     # ------------------------------------------------------------------ publishing
     def flush_step(self) -> None:
         """Publish this batch's step values to ``callback_metrics``, the bar and the logger buffer."""
-        for metric in self._step_updates:
+        for metric in self.step_updates:
             key = f"{metric.key}_step" if metric.on_epoch else metric.key
             self.callback_metrics[key] = metric.step_value  # type: ignore[assignment]
             if metric.prog_bar:
                 self.progress_bar[key] = metric.step_value  # type: ignore[assignment]
             if metric.logger and self.stage == "train":
                 self._logger_pending[key] = metric.step_value  # type: ignore[assignment]
-        self._step_updates.clear()
+        self.step_updates.clear()
 
     def log_step_metrics(self, step: int) -> None:
         """Send buffered step values to the loggers (called every ``log_every_n_steps``)."""
@@ -275,7 +265,7 @@ class LoggerConnector:
     def reset(self, stage: str) -> None:
         """Forget ``stage``'s accumulated values (start of an epoch or evaluation run)."""
         self.stores[stage] = {}
-        self._step_updates.clear()
+        self.step_updates.clear()
 
     @staticmethod
     def results(published: dict[str, torch.Tensor], num_dataloaders: int) -> list[dict[str, float]]:

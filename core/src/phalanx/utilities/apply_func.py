@@ -4,6 +4,8 @@ Batches arrive in whatever shape the user's dataset produces: tensors inside dic
 tuples, namedtuples or dataclasses. Moving a batch to a device, casting it to a precision or
 cloning a checkpoint for a background save all need the same walk, so it lives here once and keeps
 every container's type (a namedtuple stays that namedtuple, an ``OrderedDict`` stays ordered).
+Strategy plugins walk batches and checkpoints the same way, so this module is public (Lightning's
+``utilities.apply_func``) rather than private to the core.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
-"""Asking every strategy for an estimate and turning the answers into rows, advice and text.
+"""Planning a run before launching it: ask every strategy's plugin for an estimate, and report.
 
-Shared by ``phalanx plan`` and ``Trainer.plan``: both describe the model once (meta device), then
-ask the ``phalanx_estimate_memory`` hook once per strategy name. A name that is not usable here
-is still planned (what it would cost is worth knowing before installing it), with its reason.
+Shared by ``phalanx plan`` and ``Trainer.plan``: both describe the model once on the meta device
+(:mod:`phalanx.model_shapes`), then ask the ``phalanx_estimate_memory`` hook once per strategy
+name. A name that is not usable here is still planned (what it would cost is worth knowing before
+installing it), with its reason. This module sits above the plugin machinery (it calls
+:func:`phalanx.plugins.decide`), while the data it passes around lives below it in
+:mod:`phalanx.memory`, which the hook contract names; so the import graph has no cycle.
 """
 
 from __future__ import annotations
@@ -12,11 +15,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from phalanx.memory import MemoryEstimate, MemoryRequest, ModelSummary, estimate_memory, format_bytes
+from phalanx.errors import MisconfigurationError
+from phalanx.memory import MemoryEstimate, MemoryRequest, ModelSummary, format_bytes
+from phalanx.plugins import decide
+from phalanx.registry import StrategyRegistry
 
-__all__ = ["PlanReport", "PlanRow", "plan_strategies"]
-
-_ADVICE_TARGETS = ("fsdp", "deepspeed_stage_3", "deepspeed_stage_3_offload", "model_parallel")
+__all__ = ["PlanReport", "PlanRow", "estimate_memory", "plan_strategies"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,24 @@ class PlanReport:
         return render(self)
 
 
+def estimate_memory(request: MemoryRequest) -> MemoryEstimate | None:
+    """Ask the installed plugins (one ``firstresult`` pluggy call) for ``request``; ``None``: no answer.
+
+    Raises:
+        MisconfigurationError: A plugin answered with something other than a ``MemoryEstimate``;
+            names the strategy, the answer and whose hook to fix.
+        PluginHookError: A plugin's hook raised; names the plugin and how to block it.
+    """
+    answer = decide("phalanx_estimate_memory", request=request)
+    if answer is not None and not isinstance(answer, MemoryEstimate):
+        msg = (
+            f"A plugin answered phalanx_estimate_memory for {request.strategy!r} with {answer!r}; the hook must "
+            "return a phalanx.memory.MemoryEstimate or None. Fix that plugin's hook implementation."
+        )
+        raise MisconfigurationError(msg)
+    return answer
+
+
 def plan_strategies(
     model: ModelSummary,
     names: Iterable[str],
@@ -100,8 +122,6 @@ def plan_strategies(
     init_params: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> PlanReport:
     """Ask the hook for each name; ``init_params`` overrides a name's registered params."""
-    from phalanx.registry import StrategyRegistry
-
     rows = []
     for name in names:
         entry = StrategyRegistry.entry(name)

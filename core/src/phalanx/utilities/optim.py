@@ -5,6 +5,10 @@ lists, a dict, a list of dicts). Users port their modules unchanged, so phalanx 
 same shapes and turns them into one canonical form: a list of optimizers and a list of
 :class:`LRSchedulerConfig`. Anything else fails here, at setup, with a message showing the accepted
 shapes, rather than deep inside the training loop.
+
+Public because a strategy that owns its optimizers (DeepSpeed builds its engine from them) must
+parse ``configure_optimizers`` exactly as the core does, and one that offloads or restores
+optimizer state needs :func:`optimizers_to_device`.
 """
 
 from __future__ import annotations

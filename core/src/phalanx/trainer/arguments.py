@@ -1,20 +1,33 @@
-"""Up-front validation of every ``Trainer(...)`` argument.
+"""Up-front validation: every ``Trainer(...)`` argument, and every entry point's inputs.
 
 A typo in an argument should fail in ``Trainer(...)``, not hours later when the value is first
-used. Each check raises one :class:`MisconfigurationError` naming the argument, the bad value, what
-is accepted and a concrete fix, and returns the normalised value.
+used; a wrong model class, a Module without ``training_step``, data that is not iterable or a
+checkpoint path that does not exist should fail in the calling process, before any process starts.
+Each check raises one :class:`MisconfigurationError` naming the argument, the bad value, what is
+accepted and a concrete fix, and returns the normalised value.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phalanx.errors import MisconfigurationError
+from phalanx.module import Module
+from phalanx.trainer.checkpointing import resolve_ckpt_path
+from phalanx.trainer.config import TrainerConfig
+from phalanx.trainer.data import as_loader_list
+from phalanx.trainer_view import TrainerFn
+from phalanx.utilities.model_helpers import is_overridden
+
+if TYPE_CHECKING:
+    from phalanx.trainer_view import TrainerView
 
 __all__ = [
     "add_default_callbacks",
+    "check_eval",
+    "check_fit",
     "check_bool",
     "check_callbacks",
     "check_clip",
@@ -196,3 +209,109 @@ def add_default_callbacks(callbacks: list[Any], checkpointing_on: bool, bar_on: 
         callbacks.append(ModelCheckpoint())
     last = [cb for cb in callbacks if isinstance(cb, ModelCheckpoint)]
     return [cb for cb in callbacks if not isinstance(cb, ModelCheckpoint)] + last
+
+
+# ---------------------------------------------------------------------- entry points
+_STEP = {TrainerFn.VALIDATING: "validation_step", TrainerFn.TESTING: "test_step"}
+_DATA_HOOK = {
+    TrainerFn.VALIDATING: "val_dataloader",
+    TrainerFn.TESTING: "test_dataloader",
+    TrainerFn.PREDICTING: "predict_dataloader",
+}
+
+
+def _check_module(model: Any, fn: str) -> None:
+    if not isinstance(model, Module):
+        msg = (
+            f"{fn}() expects a phalanx.Module, got {type(model).__module__}.{type(model).__qualname__}. Fix: subclass "
+            "phalanx.Module (it is a torch.nn.Module) and define training_step and configure_optimizers."
+        )
+        raise MisconfigurationError(msg)
+
+
+def check_fit(trainer: TrainerView, model: Any, train: Any, val: Any, ckpt_path: Any) -> str | None:
+    """Validate ``fit``'s arguments; returns the resolved checkpoint path."""
+    _check_module(model, "fit")
+    missing = [name for name in ("training_step", "configure_optimizers") if not is_overridden(name, type(model), Module)]
+    if missing:
+        msg = (
+            f"{type(model).__qualname__} does not define {' and '.join(missing)}, which fit() needs. Define "
+            "`training_step(self, batch, batch_idx)` returning the loss and `configure_optimizers(self)` "
+            "returning an optimizer."
+        )
+        raise MisconfigurationError(msg)
+    if train is not None:
+        as_loader_list(train, argument="train_dataloaders", multiple=False)
+    elif not is_overridden("train_dataloader", type(model), Module):
+        msg = (
+            f"fit() got no training data: pass train_dataloaders=DataLoader(...) or define "
+            f"{type(model).__qualname__}.train_dataloader()."
+        )
+        raise MisconfigurationError(msg)
+    if val is not None:
+        as_loader_list(val, argument="val_dataloaders", multiple=True)
+    return resolve_ckpt_path(trainer, ckpt_path, "fit")
+
+
+def check_eval(trainer: TrainerView, fn: TrainerFn, model: Any, dataloaders: Any, ckpt_path: Any) -> tuple[Any, str | None]:
+    """Validate ``validate``/``test``/``predict`` arguments; returns (model, checkpoint path)."""
+    name = fn.value
+    if model is None:
+        model = trainer.lightning_module
+        if model is None:
+            msg = f"{name}() needs a model: call trainer.{name}(model, ...) (no earlier run left one attached)."
+            raise MisconfigurationError(msg)
+    _check_module(model, name)
+    step = _STEP.get(fn)
+    if step is not None and not is_overridden(step, type(model), Module):
+        msg = f"{type(model).__qualname__} does not define {step}, which {name}() needs; define `{step}(self, batch, batch_idx)`."
+        raise MisconfigurationError(msg)
+    if dataloaders is not None:
+        as_loader_list(dataloaders, argument="dataloaders", multiple=True)
+    elif not is_overridden(_DATA_HOOK[fn], type(model), Module):
+        msg = f"{name}() got no data: pass dataloaders=DataLoader(...) or define {type(model).__qualname__}.{_DATA_HOOK[fn]}()."
+        raise MisconfigurationError(msg)
+    return model, resolve_ckpt_path(trainer, ckpt_path, name)
+
+
+def build_config(
+    *,
+    num_nodes: Any,
+    max_epochs: Any,
+    max_steps: Any,
+    limits: dict[str, Any],
+    val_check_interval: Any,
+    check_val_every_n_epoch: Any,
+    accumulate_grad_batches: Any,
+    gradient_clip_val: Any,
+    gradient_clip_algorithm: Any,
+    log_every_n_steps: Any,
+    use_distributed_sampler: Any,
+    sync_batchnorm: Any,
+    deterministic: Any,
+    default_root_dir: Any,
+) -> TrainerConfig:
+    """Validate the loop-shaping ``Trainer(...)`` arguments into a :class:`TrainerConfig`.
+
+    Raises:
+        MisconfigurationError: The first invalid argument, with the fix.
+    """
+    steps = int(check_int("max_steps", max_steps, minimum=-1, example=1000))  # type: ignore[arg-type]
+    epochs = check_max_epochs(max_epochs)
+    clip_val, clip_algorithm = check_clip(gradient_clip_val, gradient_clip_algorithm)
+    return TrainerConfig(
+        num_nodes=int(check_int("num_nodes", num_nodes, minimum=1)),  # type: ignore[arg-type]
+        max_epochs=(1000 if steps == -1 else -1) if epochs is None else epochs,
+        max_steps=steps,
+        **{f"limit_{stage}_batches": check_limit(f"limit_{stage}_batches", limits[stage]) for stage in limits},
+        val_check_interval=check_val_check_interval(val_check_interval),
+        check_val_every_n_epoch=check_int("check_val_every_n_epoch", check_val_every_n_epoch, minimum=1, allow_none=True),
+        accumulate_grad_batches=int(check_int("accumulate_grad_batches", accumulate_grad_batches, minimum=1)),  # type: ignore[arg-type]
+        gradient_clip_val=clip_val,
+        gradient_clip_algorithm=clip_algorithm,
+        log_every_n_steps=int(check_int("log_every_n_steps", log_every_n_steps, minimum=1)),  # type: ignore[arg-type]
+        use_distributed_sampler=check_bool("use_distributed_sampler", use_distributed_sampler),
+        sync_batchnorm=check_bool("sync_batchnorm", sync_batchnorm),
+        deterministic=check_deterministic(deterministic),
+        default_root_dir=check_root_dir(default_root_dir),
+    )

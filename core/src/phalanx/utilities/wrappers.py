@@ -4,6 +4,8 @@ Wrappers such as ``DistributedDataParallel`` or FSDP do their work (gradient-syn
 parameter unsharding, forward hooks) inside their own ``forward``, which ends in
 ``module(*args)``. Calling ``module.training_step`` directly would bypass all of it, so the step
 is temporarily installed as the module's ``forward`` and the *wrapper* is called instead.
+Public because every strategy that wraps the model (DDP, FSDP, a vendor's) needs the same redirect,
+and the Trainer's direct training step calls through the same redirect as the layered one.
 """
 
 from __future__ import annotations

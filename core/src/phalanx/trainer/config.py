@@ -1,0 +1,34 @@
+"""TrainerConfig: the validated ``Trainer(...)`` arguments that shape how a stage runs.
+
+Frozen: validated once in ``Trainer(...)`` (:mod:`phalanx.trainer.arguments`), then only read, by
+the loops (through the Run) and by callbacks (through ``trainer.max_epochs`` & co.).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["TrainerConfig"]
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """The loop-shaping arguments of ``Trainer(...)``, normalised (see docs/trainer.md for each)."""
+
+    num_nodes: int = 1
+    max_epochs: int = 1000
+    max_steps: int = -1
+    limit_train_batches: int | float = 1.0
+    limit_val_batches: int | float = 1.0
+    limit_test_batches: int | float = 1.0
+    limit_predict_batches: int | float = 1.0
+    val_check_interval: int | float = 1.0
+    check_val_every_n_epoch: int | None = 1
+    accumulate_grad_batches: int = 1
+    gradient_clip_val: float | None = None
+    gradient_clip_algorithm: str = "norm"
+    log_every_n_steps: int = 50
+    use_distributed_sampler: bool = True
+    sync_batchnorm: bool = False
+    deterministic: bool | str = False
+    default_root_dir: str = "."

@@ -1,0 +1,329 @@
+"""The Trainer's read-only properties: what callbacks, loggers and the Module read (TrainerView).
+
+Kept apart from :mod:`phalanx.trainer.trainer` (the entry points) so each file reads as one thing:
+here, every answer the Trainer gives about its configuration, the stage in progress, the topology,
+the progress and the metrics; each reads the configuration, the strategy or the stage's Run.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from phalanx.callbacks.callback import Callback
+from phalanx.callbacks.model_checkpoint import ModelCheckpoint
+from phalanx.callbacks.progress import TQDMProgressBar
+from phalanx.trainer_view import RunningStage, TrainerState
+
+if TYPE_CHECKING:
+    import torch
+
+    from phalanx.trainer.config import TrainerConfig
+    from phalanx.trainer.evaluation_loop import EvaluationLoop
+    from phalanx.trainer.fit_loop import FitLoop
+    from phalanx.trainer.metrics import MetricStore
+    from phalanx.trainer.predict_loop import PredictLoop
+    from phalanx.trainer.run import Run
+
+__all__ = ["TrainerProperties"]
+
+
+def _config_property(name: str, doc: str) -> property:
+    """A read-only ``Trainer`` attribute backed by its :class:`TrainerConfig`."""
+
+    def get(self: TrainerProperties) -> Any:
+        return getattr(self.config, name)
+
+    return property(get, doc=doc)
+
+
+
+class TrainerProperties:
+    """The TrainerView half of :class:`~phalanx.trainer.trainer.Trainer` (set up by its ``__init__``)."""
+
+    config: TrainerConfig
+    strategy_name: str
+    fit_loop: FitLoop
+    val_loop: EvaluationLoop
+    test_loop: EvaluationLoop
+    predict_loop: PredictLoop
+    _strategy: Any
+    _num_devices: int
+    _callbacks: list[Callback]
+    _loggers: list[Any]
+    _state: TrainerState
+    _metrics: MetricStore
+    _module: Any
+    _run: Run | None
+    _should_stop: bool
+
+    # ------------------------------------------------------------------ configuration
+    num_nodes = _config_property("num_nodes", "Machines taking part.")
+    max_epochs = _config_property("max_epochs", "The epoch limit (-1: none).")
+    max_steps = _config_property("max_steps", "The optimizer-step limit (-1: none).")
+    limit_train_batches = _config_property("limit_train_batches", "Training batches per epoch (fraction or count).")
+    limit_val_batches = _config_property("limit_val_batches", "Validation batches per run (fraction or count).")
+    limit_test_batches = _config_property("limit_test_batches", "Test batches (fraction or count).")
+    limit_predict_batches = _config_property("limit_predict_batches", "Predict batches (fraction or count).")
+    val_check_interval = _config_property("val_check_interval", "Validate every N batches or fraction of an epoch.")
+    check_val_every_n_epoch = _config_property("check_val_every_n_epoch", "Validate every N epochs.")
+    accumulate_grad_batches = _config_property("accumulate_grad_batches", "Batches per optimizer step.")
+    gradient_clip_val = _config_property("gradient_clip_val", "Clip gradients to this norm/value (None: off).")
+    gradient_clip_algorithm = _config_property("gradient_clip_algorithm", "'norm' or 'value'.")
+    log_every_n_steps = _config_property("log_every_n_steps", "How often step metrics go to the loggers.")
+    use_distributed_sampler = _config_property("use_distributed_sampler", "Shard data with a DistributedSampler.")
+    sync_batchnorm = _config_property("sync_batchnorm", "Convert BatchNorm layers to SyncBatchNorm.")
+    deterministic = _config_property("deterministic", "Deterministic algorithms (True, False or 'warn').")
+    default_root_dir = _config_property("default_root_dir", "Where logs and checkpoints go without a logger.")
+
+    @property
+    def num_devices(self) -> int:
+        """Devices per machine."""
+        return self._num_devices
+
+    @property
+    def callbacks(self) -> list[Callback]:
+        """All callbacks, in call order (checkpointing last)."""
+        return self._callbacks
+
+    @property
+    def loggers(self) -> list[Any]:
+        """All loggers."""
+        return self._loggers
+
+    @loggers.setter
+    def loggers(self, loggers: list[Any]) -> None:
+        self._loggers = list(loggers)
+
+    # ------------------------------------------------------------------ the stage in progress
+    @property
+    def run(self) -> Run | None:
+        """The :class:`~phalanx.trainer.run.Run` of the stage in progress in this process (or the
+        last one), None before any. The loops' state; callbacks use the other properties."""
+        return self._run
+
+    @property
+    def state(self) -> TrainerState:
+        """Entry point, loop and status."""
+        return self._state
+
+    @property
+    def current_hook(self) -> str | None:
+        """The hook or step running now, None between hooks."""
+        return self._run.hooks.current if self._run is not None else None
+
+    @property
+    def should_stop(self) -> bool:
+        """Whether fit stops after the current batch; set it on every rank (early stopping does)."""
+        return self._run.should_stop if self._run is not None else self._should_stop
+
+    @should_stop.setter
+    def should_stop(self, value: bool) -> None:
+        if self._run is not None:
+            self._run.should_stop = bool(value)
+        else:
+            self._should_stop = bool(value)
+
+    # ------------------------------------------------------------------ topology
+    @property
+    def strategy(self) -> Any:
+        """The configured Strategy (with its accelerator, precision and checkpoint IO)."""
+        return self._strategy
+
+    @property
+    def accelerator(self) -> Any:
+        """The strategy's Accelerator."""
+        return self._strategy.accelerator
+
+    @property
+    def precision_plugin(self) -> Any:
+        """The strategy's Precision."""
+        return self._strategy.precision_plugin
+
+    @property
+    def precision(self) -> str:
+        """The canonical precision name, e.g. ``"bf16-mixed"``."""
+        return str(self._strategy.precision_plugin.precision)
+
+    @property
+    def global_rank(self) -> int:
+        """Rank of this process among all processes."""
+        return self._strategy.global_rank
+
+    @property
+    def local_rank(self) -> int:
+        """Rank of this process on its machine."""
+        return self._strategy.local_rank
+
+    @property
+    def node_rank(self) -> int:
+        """Index of this process's machine."""
+        return self._strategy.node_rank
+
+    @property
+    def world_size(self) -> int:
+        """Number of processes taking part."""
+        return self._strategy.world_size
+
+    @property
+    def is_global_zero(self) -> bool:
+        """Whether this is global rank 0 (the process that logs and writes files)."""
+        return bool(self._strategy.is_global_zero)
+
+    # ------------------------------------------------------------------ progress
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken (accumulation windows count once)."""
+        return self.fit_loop.global_step
+
+    @property
+    def current_epoch(self) -> int:
+        """The epoch in progress; after fit, the number of completed epochs."""
+        return self.fit_loop.epoch
+
+    @property
+    def training(self) -> bool:
+        """Whether the training loop runs (fitting, outside validation)."""
+        return self.state.stage == RunningStage.TRAINING
+
+    @property
+    def validating(self) -> bool:
+        """Whether a validation loop runs."""
+        return self.state.stage == RunningStage.VALIDATING
+
+    @property
+    def testing(self) -> bool:
+        """Whether the test loop runs."""
+        return self.state.stage == RunningStage.TESTING
+
+    @property
+    def predicting(self) -> bool:
+        """Whether the predict loop runs."""
+        return self.state.stage == RunningStage.PREDICTING
+
+    @property
+    def sanity_checking(self) -> bool:
+        """Always False: phalanx runs no sanity validation (kept for Lightning callbacks)."""
+        return False
+
+    @property
+    def estimated_stepping_batches(self) -> float:
+        """Optimizer steps the whole fit will take (``inf`` when it cannot be known).
+
+        The smaller of ``max_steps`` and what ``max_epochs`` epochs of the training data give
+        (accumulation windows counted once, the last partial window of an epoch included); read it
+        from ``configure_optimizers`` on to size a schedule (OneCycleLR's ``total_steps``).
+        """
+        return self.fit_loop.estimated_stepping_batches(self.config)
+
+    @property
+    def validation_enabled(self) -> bool:
+        """Whether this fit validates at all (validation data and a ``validation_step``)."""
+        return self._run is not None and self._run.has_validation
+
+    @property
+    def validation_has_run(self) -> bool:
+        """Whether a validation loop has completed in this stage (its metrics are available)."""
+        return self.val_loop.has_run
+
+    @property
+    def datamodule(self) -> Any:
+        """The DataModule of this stage, or None (phalanx has no DataModule yet)."""
+        return None
+
+    @property
+    def num_training_batches(self) -> float:
+        """Training batches per epoch after ``limit_train_batches`` (``inf`` without a length)."""
+        return self.fit_loop.num_batches
+
+    @property
+    def num_val_batches(self) -> list[float]:
+        """Validation batches per dataloader."""
+        return list(self.val_loop.num_batches)
+
+    @property
+    def num_test_batches(self) -> list[float]:
+        """Test batches per dataloader."""
+        return list(self.test_loop.num_batches)
+
+    @property
+    def num_predict_batches(self) -> list[float]:
+        """Predict batches per dataloader."""
+        return list(self.predict_loop.num_batches)
+
+    # ------------------------------------------------------------------ metrics
+    @property
+    def callback_metrics(self) -> dict[str, torch.Tensor]:
+        """Latest logged values (step values during training, aggregates after epochs/evaluation)."""
+        return self._metrics.callback_metrics
+
+    @callback_metrics.setter
+    def callback_metrics(self, metrics: dict[str, Any]) -> None:
+        self._metrics.callback_metrics = dict(metrics)
+
+    @property
+    def logged_metrics(self) -> dict[str, float]:
+        """Values last sent to the loggers."""
+        return self._metrics.logged_metrics
+
+    @property
+    def progress_bar_metrics(self) -> dict[str, float]:
+        """Values logged with ``prog_bar=True``, as numbers."""
+        return {key: float(value) for key, value in self._metrics.progress_bar.items()}
+
+    @property
+    def logger(self) -> Any:
+        """The first logger, or None."""
+        return self.loggers[0] if self.loggers else None
+
+    @property
+    def log_dir(self) -> str:
+        """The first logger's run directory, else ``default_root_dir``."""
+        logger = self.logger
+        directory = getattr(logger, "log_dir", None) if logger is not None else None
+        return directory if directory is not None else self.default_root_dir
+
+    @property
+    def default_checkpoint_dir(self) -> str:
+        """Where a ModelCheckpoint without ``dirpath`` writes: ``<log_dir>/checkpoints``."""
+        return os.path.join(self.log_dir, "checkpoints")
+
+    # ------------------------------------------------------------------ callbacks & model
+    @property
+    def checkpoint_callbacks(self) -> list[ModelCheckpoint]:
+        """All ModelCheckpoint callbacks."""
+        return [cb for cb in self.callbacks if isinstance(cb, ModelCheckpoint)]
+
+    @property
+    def checkpoint_callback(self) -> ModelCheckpoint | None:
+        """The first ModelCheckpoint, or None."""
+        found = self.checkpoint_callbacks
+        return found[0] if found else None
+
+    @property
+    def progress_bar_callback(self) -> TQDMProgressBar | None:
+        """The progress bar callback, or None."""
+        return next((cb for cb in self.callbacks if isinstance(cb, TQDMProgressBar)), None)
+
+    @property
+    def module(self) -> Any:
+        """The Module being run (unwrapped)."""
+        return self._module
+
+    lightning_module = module
+
+    @property
+    def model(self) -> Any:
+        """The model as the strategy runs it (possibly wrapped by DDP/FSDP)."""
+        return self._strategy.model if self._strategy.model is not None else self._module
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimizers from ``configure_optimizers`` (after the strategy set them up)."""
+        return self._run.optimizers if self._run is not None else []
+
+    @property
+    def lr_scheduler_configs(self) -> list[Any]:
+        """The scheduler configurations from ``configure_optimizers``."""
+        return list(self._strategy.lr_scheduler_configs)
+
