@@ -198,7 +198,7 @@ if __name__ == "__main__":
     if trainer.is_global_zero:
         print(
             f"phalanx demo: {len(text):,} characters, vocabulary {len(vocab)}, "
-            f"{sum(p.numel() for p in model.parameters()):,} parameters, strategy={trainer._strategy_name}, "
+            f"{sum(p.numel() for p in model.parameters()):,} parameters, strategy={trainer.strategy_name}, "
             f"devices={trainer.num_devices}, precision={trainer.precision}"
         )
     start = time.perf_counter()

@@ -183,3 +183,38 @@ class _BadOptimizer(_Net):
 def test_an_optimizer_that_never_calls_the_closure_is_one_clear_error() -> None:
     with pytest.raises(MisconfigurationError, match=r"_IgnoresClosure\.step\(\) returned without calling its closure"):
         _fit(_BadOptimizer())
+
+
+class _BackwardInStep(SingleDeviceStrategy):
+    """A strategy whose training_step runs backward itself, as a pipeline schedule does."""
+
+    @property
+    def training_step_runs_backward(self) -> bool:
+        return True
+
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        loss = super().training_step(*args, **kwargs)
+        loss.backward()
+        return loss.detach()
+
+
+class _CountsBackward(Callback):
+    def __init__(self) -> None:
+        self.before = self.after = 0
+
+    def on_before_backward(self, trainer: Any, pl_module: Any, loss: torch.Tensor) -> None:
+        self.before += 1
+
+    def on_after_backward(self, trainer: Any, pl_module: Any) -> None:
+        self.after += 1
+
+
+def test_a_strategy_whose_step_ran_backward_is_not_backpropagated_twice() -> None:
+    """Gradients are zeroed before the step and the loss is not backpropagated again: plain SGD numbers."""
+    model, hooks = _Net(), _CountsBackward()
+    trainer = _fit(model, strategy=_BackwardInStep(), callbacks=[hooks])
+    assert not trainer.fit_loop.uses_direct_step
+    weights, losses = _plain("sgd")
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), weights, strict=True))
+    assert model.losses == losses
+    assert hooks.before == hooks.after == STEPS  # the hooks around backward still run

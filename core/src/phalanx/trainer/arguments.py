@@ -28,6 +28,7 @@ __all__ = [
     "add_default_callbacks",
     "check_eval",
     "check_fit",
+    "no_training_data",
     "check_bool",
     "check_callbacks",
     "check_clip",
@@ -243,14 +244,18 @@ def check_fit(trainer: TrainerView, model: Any, train: Any, val: Any, ckpt_path:
     if train is not None:
         as_loader_list(train, argument="train_dataloaders", multiple=False)
     elif not is_overridden("train_dataloader", type(model), Module):
-        msg = (
-            f"fit() got no training data: pass train_dataloaders=DataLoader(...) or define "
-            f"{type(model).__qualname__}.train_dataloader()."
-        )
-        raise MisconfigurationError(msg)
+        raise no_training_data(model)
     if val is not None:
         as_loader_list(val, argument="val_dataloaders", multiple=True)
     return resolve_ckpt_path(trainer, ckpt_path, "fit")
+
+
+def no_training_data(model: Any) -> MisconfigurationError:
+    """The error for a fit without training data (checked up front, and again once the hook ran)."""
+    return MisconfigurationError(
+        f"fit() got no training data: pass train_dataloaders=DataLoader(...) or define "
+        f"{type(model).__qualname__}.train_dataloader()."
+    )
 
 
 def check_eval(trainer: TrainerView, fn: TrainerFn, model: Any, dataloaders: Any, ckpt_path: Any) -> tuple[Any, str | None]:

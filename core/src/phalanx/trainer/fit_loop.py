@@ -194,6 +194,7 @@ class FitLoop:
             return
         run.hooks.call("on_train_start")
         run.strategy.on_train_start()
+        run.training_step_runs_backward = bool(run.strategy.training_step_runs_backward)
         self._direct = direct_step(run)
         self._strategy_batch_hook = is_overridden("on_train_batch_start", run.strategy, Strategy)  # a no-op is not called
         while not self.done(run):

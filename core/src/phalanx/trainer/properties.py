@@ -54,7 +54,10 @@ class TrainerProperties:
     _state: TrainerState
     _metrics: MetricStore
     _module: Any
-    _run: Run | None
+    #: The :class:`~phalanx.trainer.run.Run` of the stage in progress in this process (or the last
+    #: one), None before any: the loops' state, set by the Trainer only. Callbacks use the properties.
+    #: A plain attribute, not a property: the precision reads it once per optimizer step.
+    run: Run | None
     _should_stop: bool
 
     # ------------------------------------------------------------------ configuration
@@ -97,12 +100,6 @@ class TrainerProperties:
 
     # ------------------------------------------------------------------ the stage in progress
     @property
-    def run(self) -> Run | None:
-        """The :class:`~phalanx.trainer.run.Run` of the stage in progress in this process (or the
-        last one), None before any. The loops' state; callbacks use the other properties."""
-        return self._run
-
-    @property
     def state(self) -> TrainerState:
         """Entry point, loop and status."""
         return self._state
@@ -110,17 +107,17 @@ class TrainerProperties:
     @property
     def current_hook(self) -> str | None:
         """The hook or step running now, None between hooks."""
-        return self._run.hooks.current if self._run is not None else None
+        return self.run.hooks.current if self.run is not None else None
 
     @property
     def should_stop(self) -> bool:
         """Whether fit stops after the current batch; set it on every rank (early stopping does)."""
-        return self._run.should_stop if self._run is not None else self._should_stop
+        return self.run.should_stop if self.run is not None else self._should_stop
 
     @should_stop.setter
     def should_stop(self, value: bool) -> None:
-        if self._run is not None:
-            self._run.should_stop = bool(value)
+        if self.run is not None:
+            self.run.should_stop = bool(value)
         else:
             self._should_stop = bool(value)
 
@@ -219,7 +216,7 @@ class TrainerProperties:
     @property
     def validation_enabled(self) -> bool:
         """Whether this fit validates at all (validation data and a ``validation_step``)."""
-        return self._run is not None and self._run.has_validation
+        return self.run is not None and self.run.has_validation
 
     @property
     def validation_has_run(self) -> bool:
@@ -320,7 +317,7 @@ class TrainerProperties:
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
         """The optimizers from ``configure_optimizers`` (after the strategy set them up)."""
-        return self._run.optimizers if self._run is not None else []
+        return self.run.optimizers if self.run is not None else []
 
     @property
     def lr_scheduler_configs(self) -> list[Any]:

@@ -78,6 +78,8 @@ class Run:
         self.step_optimizers: list[Any] = []  # StepOptimizer (trainer/step.py imports this module)
         self.should_stop = False
         self.has_validation = False
+        #: ``strategy.training_step_runs_backward``, read once when training starts (the step reads it per batch).
+        self.training_step_runs_backward = False
 
     @property
     def lr_scheduler_configs(self) -> list[Any]:

@@ -20,6 +20,7 @@ import torch
 from phalanx.errors import MisconfigurationError
 from phalanx.module import Module
 from phalanx.trainer import checkpointing
+from phalanx.trainer.arguments import no_training_data
 from phalanx.trainer.data import as_loader_list
 from phalanx.trainer.step import StepOptimizer
 from phalanx.trainer_view import TrainerFn
@@ -73,10 +74,7 @@ def _setup_data(run: Run, loaders: dict[str, Any]) -> None:
     if fn is TrainerFn.FITTING:
         train = _resolve_loaders(run, loaders.get("train"), "train_dataloader", "train_dataloaders", multiple=False)
         if not train:
-            raise MisconfigurationError(
-                f"fit() got no training data: pass train_dataloaders=DataLoader(...) or define "
-                f"{type(module).__qualname__}.train_dataloader()."
-            )
+            raise no_training_data(module)
         run.fit_loop.setup(run, train[0])
         val: list[Any] = []
         if config.limit_val_batches != 0:

@@ -128,9 +128,11 @@ class TrainingStep:
         run = self._run
         strategy, hooks = run.strategy, run.hooks
         live = hooks.live
-        ran_backward = strategy.training_step_runs_backward
-        if ran_backward:
-            self._zero_grad()  # the step's own backward writes the gradients: clear them first
+        ran_backward = run.training_step_runs_backward
+        if ran_backward and self.zero_grad:  # the step's own backward writes the gradients: clear them first
+            if "on_before_zero_grad" in live:
+                hooks.call("on_before_zero_grad", self.optimizer)
+            run.module.optimizer_zero_grad(run.fit_loop.epoch, self.batch_idx, self.optimizer)
         hooks.current = "training_step"
         output = strategy.training_step(self.batch, self.batch_idx)
         detached = None
@@ -142,8 +144,10 @@ class TrainingStep:
             loss = _loss_of(output)
             self.outputs = _detached_outputs(output, loss)
         self.ran = True
-        if not ran_backward:
-            self._zero_grad()
+        if self.zero_grad and not ran_backward:
+            if "on_before_zero_grad" in live:
+                hooks.call("on_before_zero_grad", self.optimizer)
+            run.module.optimizer_zero_grad(run.fit_loop.epoch, self.batch_idx, self.optimizer)
         if loss is None:
             return None
         if self.divisor > 1:
@@ -155,15 +159,6 @@ class TrainingStep:
         if "on_after_backward" in live:
             hooks.call("on_after_backward")
         return detached if self.divisor == 1 and detached is not None else loss.detach()
-
-    def _zero_grad(self) -> None:
-        """``on_before_zero_grad`` and ``optimizer_zero_grad`` at the start of an accumulation window."""
-        if not self.zero_grad:
-            return
-        run = self._run
-        if "on_before_zero_grad" in run.hooks.live:
-            run.hooks.call("on_before_zero_grad", self.optimizer)
-        run.module.optimizer_zero_grad(run.fit_loop.epoch, self.batch_idx, self.optimizer)
 
 
 def run_automatic(run: Run, batch: Any, batch_idx: int, *, step_now: bool) -> Any:
@@ -229,7 +224,7 @@ def direct_step(run: Run) -> Callable[..., Any] | None:
         and not run.hooks.custom_clipping
         and run.hooks.live.isdisjoint(STEP_HOOKS)
         and strategy.passes_step_through
-        and not strategy.training_step_runs_backward
+        and not run.training_step_runs_backward
         and precision.passes_step_through
         and not any(is_overridden(name, module, Module) for name in _MODULE_STEP_METHODS)
         and not any(is_overridden(name, strategy, type(strategy)) for name in _STRATEGY_STEP_METHODS)

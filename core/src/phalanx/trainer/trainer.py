@@ -125,7 +125,7 @@ class Trainer(TrainerProperties):
         self.predict_loop = PredictLoop()
         self._metrics = MetricStore(self)
         self._module: Any = None
-        self._run: Run | None = None
+        self.run: Run | None = None
         self._should_stop = False
 
     def print(self, *args: Any, **kwargs: Any) -> None:
@@ -202,8 +202,8 @@ class Trainer(TrainerProperties):
         """The per-rank body of an entry point; what ``strategy.launcher.launch`` runs on each rank."""
         self._module = model
         self._state.fn, self._state.stage, self._state.status = fn, _FIRST_STAGE[fn], "running"
-        self._run = self._new_run(fn, model)
-        return run_stage(self._run, loaders, ckpt_path, options)
+        self.run = self._new_run(fn, model)
+        return run_stage(self.run, loaders, ckpt_path, options)
 
     def _new_run(self, fn: TrainerFn, model: Any) -> Run:
         return Run(
@@ -221,14 +221,14 @@ class Trainer(TrainerProperties):
     def _current_run(self, action: str) -> Run:
         """The Run to read state from: this process's, or (after a stage ran in launched workers) one
         over the Module the launcher copied the results into."""
-        if self._run is not None:
-            return self._run
+        if self.run is not None:
+            return self.run
         if self._module is None:
             msg = f"Trainer.{action} needs a model: call it during or after fit/validate/test/predict."
             raise MisconfigurationError(msg)
-        self._run = self._new_run(self._state.fn or TrainerFn.FITTING, self._module)
-        self._run.optimizers = list(self._strategy.optimizers)
-        return self._run
+        self.run = self._new_run(self._state.fn or TrainerFn.FITTING, self._module)
+        self.run.optimizers = list(self._strategy.optimizers)
+        return self.run
 
     def plan(
         self,
