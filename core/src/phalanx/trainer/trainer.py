@@ -2,8 +2,9 @@
 
 Arguments are validated and the strategy is resolved in ``__init__`` (so a typo or a missing plugin
 fails immediately); each entry point checks its inputs in the calling process, then runs the
-stage body (:mod:`phalanx.trainer.run`) directly or, for parallel strategies, through
-``strategy.launcher.launch`` once per rank.
+stage body (:mod:`phalanx.trainer.stage`, over a fresh :class:`~phalanx.trainer.run.Run`) directly
+or, for parallel strategies, through ``strategy.launcher.launch`` once per rank. The read-only
+properties callbacks see are in :mod:`phalanx.trainer.properties`.
 """
 
 from __future__ import annotations
@@ -193,6 +194,7 @@ class Trainer(TrainerProperties):
         self._module = model  # the launcher copies results back into this process's Module
         launcher = self._strategy.launcher
         if launcher is not None:
+            self.run = None  # a stage that runs in other processes leaves no Run in this one
             return launcher.launch(self._run_stage, fn, model, loaders, ckpt_path, options, trainer=self)
         return self._run_stage(fn, model, loaders, ckpt_path, options)
 
