@@ -34,6 +34,12 @@ def test_table_fits_100_columns_and_every_strategy_has_a_row(capsys: pytest.Capt
     assert "1.32B parameters" in out
     for name in ("single_device", "ddp", "fsdp", "deepspeed_stage_3_offload", "model_parallel"):
         assert any(line.startswith(name + " ") for line in out.splitlines()), (name, out)
+    lines = out.splitlines()
+    rows = lines[lines.index(next(line for line in lines if line.startswith("STRATEGY"))) + 1 :]
+    shown = [line[:28].strip() for line in rows if line[:1].isalpha() and line[27:28] == " " and ":" not in line[:28]]
+    assert len(shown) > 10 and len(set(shown)) == len(shown), shown  # cut names stay distinguishable
+    assert "ddp_find_unused_par..._true" in shown and "ddp_find_unused_pa..._false" in shown
+    assert any(line.startswith("OTHER:") and "gathered" in line for line in lines), out  # the legend
 
 
 def test_json_matches_the_estimates_and_single_device_is_the_plain_arithmetic(capsys: pytest.CaptureFixture[str]) -> None:
@@ -58,6 +64,7 @@ def test_70b_plans_in_seconds_without_memory(capsys: pytest.CaptureFixture[str])
 def test_strategy_without_an_answer_is_no_estimate(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = plan(capsys, f"{EXAMPLES}:build_small", "--all")
     assert code == 0
+    assert "; 1 rank (1 x 1);" in out  # singular
     assert "no estimate" in out or all("no estimate" not in line for line in out.splitlines())
 
 
@@ -76,6 +83,7 @@ def test_strategy_without_an_answer_is_no_estimate(capsys: pytest.CaptureFixture
 )
 def test_bad_input_is_one_error_with_exit_2(capsys: pytest.CaptureFixture[str], args: list[str], needle: str) -> None:
     code, out, err = plan(capsys, *args)
+    err = " ".join(err.split())  # the message is wrapped to the terminal
     assert code == 2 and out == ""
     assert err.count("error:") == 1 and needle in err, err
     assert "Pass" in err or "Fix" in err or "Choose" in err
@@ -85,6 +93,7 @@ def test_model_that_cannot_be_built_on_meta_says_why(tmp_path: Path, capsys: pyt
     factory = tmp_path / "bad.py"
     factory.write_text("import torch\ndef build():\n    w = torch.ones(3)\n    return torch.nn.Linear(int(w.sum().item()), 2)\n")
     code, _, err = plan(capsys, f"{factory}:build")
+    err = " ".join(err.split())  # the message is wrapped to the terminal
     assert code == 2 and "cannot be built on the meta device" in err and "Fix:" in err and ".item()" in err
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import platform
 import subprocess
 import sys
 
@@ -63,6 +64,15 @@ def test_env_reports_versions_and_backends(flag: list[str]) -> None:
     assert result.returncode == 0, result.stderr
     assert f"torch          {torch.__version__}" in result.stdout
     assert "gloo" in result.stdout and "builtin" in result.stdout
+    assert f"python         {platform.python_version()} ({sys.executable})" in result.stdout
+
+
+def test_env_shows_the_venv_interpreter_not_the_base_prefix() -> None:
+    result = _run("env")
+    line = next(line for line in result.stdout.splitlines() if line.startswith("python "))
+    assert sys.executable in line and "<prefix>" not in line
+    if sys.prefix != sys.base_prefix:  # a venv: its own python, not the one it was made from
+        assert line.endswith(f"({sys.executable})") and sys.prefix in line
 
 
 def test_env_does_not_import_torch() -> None:

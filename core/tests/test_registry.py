@@ -115,6 +115,22 @@ def test_unknown_first_party_name_names_the_distribution() -> None:
         StrategyRegistry.get("deepspeed_stage_3")
 
 
+@pytest.mark.parametrize(
+    ("name", "distribution"),
+    [
+        ("model_parallel", "phalanx-strategy-model-parallel"),
+        ("ModelParallelStrategy", "phalanx-strategy-model-parallel"),
+        ("deepspeed_stage_3", "phalanx-strategy-deepspeed"),
+        ("xla_fsdp", "phalanx-strategy-xla"),
+    ],
+)
+def test_first_party_names_map_to_their_distribution(name: str, distribution: str) -> None:
+    from phalanx._hints import install_hint, providing_distribution
+
+    assert providing_distribution(name) == distribution
+    assert install_hint(distribution).startswith(f"pip install {distribution} ")
+
+
 def test_missing_strategy_class_import_names_distribution() -> None:
     import phalanx.strategies as strategies
 

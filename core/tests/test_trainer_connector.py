@@ -148,6 +148,37 @@ def test_missing_plugin_names_the_distribution() -> None:
         Trainer(strategy="deepspeed", **quiet())
 
 
+@pytest.mark.skipif(
+    _installed("phalanx-strategy-model-parallel"), reason="phalanx-strategy-model-parallel is installed here"
+)
+def test_missing_model_parallel_plugin_names_the_distribution() -> None:
+    import phalanx.strategies as strategies
+
+    with pytest.raises(
+        (PluginUnavailableError, UnknownNameError), match="provided by phalanx-strategy-model-parallel.*pip install"
+    ):
+        Trainer(strategy="model_parallel", **quiet())
+    with pytest.raises(ImportError, match="provided by phalanx-strategy-model-parallel.*pip install"):
+        strategies.ModelParallelStrategy  # noqa: B018
+
+
+def test_unloaded_model_parallel_plugin_names_the_distribution(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs in every environment: blocked when installed, absent otherwise; both name the package."""
+    import phalanx.strategies as strategies
+    from phalanx import plugins
+
+    monkeypatch.setenv("PHALANX_DISABLE_PLUGINS", "model_parallel")
+    plugins._reset_for_tests()
+    try:
+        with pytest.raises((PluginUnavailableError, UnknownNameError), match="phalanx-strategy-model-parallel"):
+            Trainer(strategy="model_parallel", **quiet())
+        with pytest.raises(ImportError, match="phalanx-strategy-model-parallel"):
+            strategies.ModelParallelStrategy  # noqa: B018
+    finally:
+        monkeypatch.delenv("PHALANX_DISABLE_PLUGINS")
+        plugins._reset_for_tests()
+
+
 def test_plugins_by_instance_and_name() -> None:
     io = TorchCheckpointIO()
     trainer = Trainer(plugins=[io, "bf16-true"], **quiet())

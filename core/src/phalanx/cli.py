@@ -14,8 +14,10 @@ import argparse
 import difflib
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn
+
+from phalanx._cli.messages import format_error, print_error, terminal_width
 
 __all__ = ["main"]
 
@@ -31,23 +33,34 @@ def _nearest(value: str, choices: Iterable[str]) -> str | None:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, plus the closest valid command or option in every "invalid" error."""
+    """argparse, plus the closest valid command or option and a fix in every error.
+
+    Errors and help are wrapped to the terminal (at most 100 columns) here, once, so no message
+    has to be written short and none runs off a narrow terminal.
+    """
+
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        # argparse sizes help to the whole terminal; cap it like every other line the command prints.
+        formatter: Callable[..., argparse.HelpFormatter] = self.formatter_class  # every HelpFormatter takes width
+        return formatter(prog=self.prog, width=terminal_width() - 2)
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {message}{self._hint(message)}\n")
+        fix = f"see `{self.prog} --help`."
+        self.exit(2, format_error(f"{self.prog}: error", f"{message}{self._hint(message)}", fix=fix) + "\n")
 
     def _hint(self, message: str) -> str:
         choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if choice:
             options = re.findall(r"'([^']*)'", choice.group(2)) or [c.strip() for c in choice.group(2).split(",")]
             nearest = _nearest(choice.group(1), options)
-            return f"; closest match: {nearest!r}" if nearest else ""
+            return f"; closest match: {nearest!r}. Fix: use {nearest!r}." if nearest else ""
         unknown = re.search(r"unrecognized arguments: (\S+)", message)
         if unknown:
             options = [opt for action in self._actions for opt in action.option_strings]
             nearest = _nearest(unknown.group(1), options)
-            return f"; closest match: {nearest!r} (see {self.prog} --help)" if nearest else f" (see {self.prog} --help)"
+            if nearest:
+                return f"; closest match: {nearest!r}. Fix: use {nearest!r} (see `{self.prog} --help`)."
         return ""
 
 
@@ -91,7 +104,7 @@ def _cmd_checkpoint_convert(args: argparse.Namespace) -> int:
     try:
         convert_checkpoint(args.source, args.destination)
     except PhalanxError as err:
-        print(f"phalanx checkpoint convert: {err}", file=sys.stderr)
+        print_error("phalanx checkpoint convert: error", str(err), fix="see `phalanx checkpoint convert --help`.")
         return 2
     print(f"wrote {args.destination}")
     return 0

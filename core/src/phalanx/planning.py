@@ -11,7 +11,8 @@ installing it), with its reason. This module sits above the plugin machinery (it
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterable, Mapping
+import textwrap
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -182,6 +183,16 @@ def advise(report: PlanReport) -> tuple[str, ...]:
 
 _NAME = 28
 _COLUMNS = (("STRATEGY", _NAME), ("PARAMS", 8), ("GRADS", 8), ("OPTIM", 8), ("ACTIV", 8), ("OTHER", 8), ("TOTAL", 8))
+_ELLIPSIS = "..."
+
+#: Under the table, because the column titles are too short to say what is counted where.
+_LEGEND = (
+    "PARAMS GRADS OPTIM: weights, gradients, optimizer state (and fp32 master weights) one rank keeps",
+    "ACTIV: saved for backward, one --input-shape micro-batch; FITS: TOTAL against --device-memory",
+    "OTHER: transient buffers: ddp gradient buckets; deepspeed reduce buckets + the largest gathered "
+    "layer; fsdp the largest unit gathered at once (the whole model without an auto_wrap_policy)",
+    "HOST: what offloading keeps in CPU memory (cpu:) or on NVMe (nvme:), not on the device",
+)
 
 
 def _count(numel: int) -> str:
@@ -192,21 +203,55 @@ def _cell(value: int | None) -> str:
     return format_bytes(value).replace(" ", "")
 
 
+def _cut_middle(name: str, limit: int, tail: int) -> str:
+    """``name`` in ``limit`` characters: its start, "...", and its last ``tail`` characters."""
+    if len(name) <= limit:
+        return name
+    tail = max(1, min(tail, limit - len(_ELLIPSIS) - 1))
+    return name[: limit - len(_ELLIPSIS) - tail] + _ELLIPSIS + name[len(name) - tail :]
+
+
+def short_names(names: Sequence[str], limit: int) -> list[str]:
+    """Every name in ``limit`` characters, cut in the middle, and no two alike.
+
+    Variants differ at the end (``ddp_find_unused_parameters_true`` / ``_false``,
+    ``..._offload_nvme``), so a cut keeps the last ``_`` component (and the fold count or ``*``
+    after it) and drops characters from the middle; where two cut names still collide, more of
+    their ends is kept until they differ.
+    """
+    tails = []
+    for name in names:
+        last = name.rfind("_")
+        tails.append(len(name) - last if last > 0 else limit // 2)
+    shown = [_cut_middle(name, limit, tail) for name, tail in zip(names, tails)]
+    for _ in range(limit):
+        clashes = {i for i, text in enumerate(shown) if shown.count(text) > 1 and len(names[i]) > limit}
+        if not clashes:
+            break
+        for i in clashes:
+            tails[i] += 1
+            shown[i] = _cut_middle(names[i], limit, tails[i])
+    return shown
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
 def render(report: PlanReport, *, width: int | None = None) -> str:
     """The table: one row per strategy, at most 100 columns (the terminal's width when smaller)."""
     width = min(100, width or shutil.get_terminal_size((100, 24)).columns)
     world = report.devices * report.num_nodes
     lines = [
-        f"{_count(report.model.numel)} parameters; {world} ranks ({report.num_nodes} x {report.devices}); "
+        f"{_count(report.model.numel)} parameters; {_plural(world, 'rank')} ({report.num_nodes} x {report.devices}); "
         f"{report.precision}; {report.optimizer}"
         + (f"; {format_bytes(report.device_memory)} per device" if report.device_memory else ""),
         "per-rank bytes on the device" + ("" if report.model.activation_bytes else " (no --input-shape: ACTIV -)"),
     ]
     header = "".join(title.ljust(size) for title, size in _COLUMNS) + "FITS  HOST"
     lines.append(header)
-    for row in report.rows:
-        name = row.strategy + ("" if row.available else " *")
-        name = name if len(name) < _NAME else name[: _NAME - 2] + "~"
+    names = short_names([row.strategy + ("" if row.available else " *") for row in report.rows], _NAME - 1)
+    for name, row in zip(names, report.rows):
         if row.estimate is None:
             lines.append(name.ljust(_NAME) + "no estimate")
             continue
@@ -214,11 +259,15 @@ def render(report: PlanReport, *, width: int | None = None) -> str:
         cells = (est.parameters, est.gradients, est.optimizer_states, est.activations, est.other, est.total)
         fits = "-" if row.fits is None else ("yes" if row.fits else "NO")
         host = " ".join(f"{kind}:{_cell(value)}" for kind, value in (("cpu", est.cpu), ("nvme", est.nvme)) if value)
-        lines.append(name.ljust(_NAME) + "".join(_cell(v).ljust(8) for v in cells) + fits.ljust(6) + host)
+        lines.append((name.ljust(_NAME) + "".join(_cell(v).ljust(8) for v in cells) + fits.ljust(6) + host).rstrip())
     if not all(row.available for row in report.rows):
         lines.append("* not usable here (planned anyway): see `phalanx strategies` for the reason")
+    lines = [line[:width] for line in lines]
+    for entry in _LEGEND:
+        lines += textwrap.wrap(entry, width=width, subsequent_indent="  ", break_on_hyphens=False)
     for tip in report.advice:
-        lines.append(f"  - {tip}")
+        lines += textwrap.wrap(tip, width=width, initial_indent="  - ", subsequent_indent="    ", break_on_hyphens=False)
     if report.model.activation_note:
-        lines.append(f"  activations unknown: {report.model.activation_note}")
-    return "\n".join(line[:width] for line in lines)
+        note = f"activations unknown: {report.model.activation_note}"
+        lines += textwrap.wrap(note, width=width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
+    return "\n".join(line if len(line) <= width else line[:width] for line in lines)

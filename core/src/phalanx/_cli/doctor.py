@@ -5,7 +5,10 @@ Two kinds of checks, each in fresh processes with a timeout, killed and reported
 1. a real 2-process gloo all-reduce (the transport every CPU strategy uses);
 2. a tiny fit under each installed strategy (one per base name; ``--all`` adds the variants),
    2 processes for parallel strategies. A strategy that cannot be used here (a library missing,
-   a name conflict) is skipped with the registry's reason.
+   a name conflict) is skipped with the registry's reason. The one Module serves every
+   strategy: where the strategy's mesh has a ``tensor_parallel`` dimension (``model_parallel``)
+   its ``configure_model`` splits the layers over it, and the check fails unless weights really
+   ended up sharded (see ``doctor_fit.py``); the core thus needs no model from any plugin.
 
 Every check's processes carry a marker in their environment; anything still alive afterwards is
 killed and fails the check, so the doctor never leaves a process behind.
@@ -127,6 +130,12 @@ def check_fit(name: str, accelerator: str, workdir: Path, timeout: float) -> Che
     result = json.loads(result_file.read_text())
     first, last, world = result["first"], result["last"], result["world_size"]
     processes = f"{world} process{'es' if world > 1 else ''}"
+    parallelism, split = result.get("parallelism", ""), result.get("split", [])
+    if parallelism and not split:
+        detail = f"{processes}: configure_model applied {parallelism} but no parameter ended up sharded over tensor_parallel"
+        return CheckResult(name, "fail", seconds, detail)
+    if parallelism:
+        processes += f", {parallelism} ({len(split)} parameters split)"
     if not last < first:
         return CheckResult(name, "fail", seconds, f"{processes}: loss did not fall ({first:.4f} -> {last:.4f})")
     return CheckResult(name, "pass", seconds, f"{processes}, loss {first:.3f} -> {last:.3f}")

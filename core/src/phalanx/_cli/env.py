@@ -108,7 +108,8 @@ def print_env(*, import_torch: bool) -> int:
 
     lines = [
         f"phalanx-core   {__version__}",
-        f"python         {platform.python_version()} ({sys.executable})".replace(sys.prefix, "<prefix>"),
+        # The interpreter's own path, as invoked: which venv is in use is what a user checks here.
+        f"python         {platform.python_version()} ({sys.executable})",
         f"platform       {platform.platform()}",
         *(_imported_torch_lines() if import_torch else _fast_torch_lines()),
         f"libraries      {_library_versions()}",

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from phalanx._cli.messages import print_error
 from phalanx.errors import MisconfigurationError, PhalanxError, closest_match
 
 __all__ = ["load_factory", "run_plan"]
@@ -66,6 +67,18 @@ def load_factory(spec: str) -> Callable[[], Any]:
         )
         raise MisconfigurationError(msg)
     return factory  # type: ignore[no-any-return]
+
+
+def _positive_count(value: str) -> int:
+    """``--devices`` / ``--num-nodes``: argparse's own "invalid int value" names no fix."""
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        msg = f"{value!r} is not a count >= 1; pass e.g. --devices 8 --num-nodes 2"
+        raise argparse.ArgumentTypeError(msg)
+    return count
 
 
 def _input_shape(value: str | None) -> tuple[int, ...] | None:
@@ -127,7 +140,10 @@ def run_plan(args: argparse.Namespace) -> int:
 
     try:
         if args.devices < 1 or args.num_nodes < 1:
-            msg = f"--devices {args.devices} --num-nodes {args.num_nodes}: both must be >= 1, e.g. --devices 8."
+            msg = (
+                f"--devices {args.devices} --num-nodes {args.num_nodes}: both must be >= 1. "
+                "Fix: pass a positive count, e.g. --devices 8 --num-nodes 1."
+            )
             raise MisconfigurationError(msg)
         device_memory = None if args.device_memory is None else parse_bytes(args.device_memory)
         precision = normalize_precision(args.precision, extra_choices=["xla-bf16-true", "xla-bf16-mixed"])
@@ -151,7 +167,7 @@ def run_plan(args: argparse.Namespace) -> int:
             device_memory=device_memory,
         )
     except PhalanxError as err:
-        print(f"phalanx plan: error: {err}", file=sys.stderr)
+        print_error("phalanx plan: error", str(err), fix="see `phalanx plan --help`.")
         return 2
     if not args.strategy and not args.all:
         report = _fold(report)
@@ -169,14 +185,15 @@ def add_plan_parser(sub: Any) -> None:
             "strategy, the bytes one rank would hold: parameters, gradients, optimizer state, activations (with "
             "--input-shape) and library buffers, what lives on CPU/NVMe when offloading, and whether it fits "
             "--device-memory. Strategies whose plugin gives no estimate are listed as 'no estimate'. Without "
-            "--strategy or --all, names with identical estimates are folded (ddp (+5))."
+            "--strategy or --all, names with identical estimates are folded into the first: 'ddp (+N)' stands for "
+            "ddp and N more names with the same estimate (--all lists them)."
         ),
     )
     plan.add_argument(
         "factory", metavar="MODULE:FACTORY", help="module path or .py file, and a function returning an nn.Module"
     )
-    plan.add_argument("--devices", type=int, default=1, help="devices (processes) per node (default 1)")
-    plan.add_argument("--num-nodes", type=int, default=1, help="nodes (default 1)")
+    plan.add_argument("--devices", type=_positive_count, default=1, help="devices (processes) per node (default 1)")
+    plan.add_argument("--num-nodes", type=_positive_count, default=1, help="nodes (default 1)")
     plan.add_argument("--precision", default="32-true", help="a Trainer precision, e.g. bf16-mixed (default 32-true)")
     plan.add_argument(
         "--optimizer", default="adamw", help="adamw (default), adam, sgd, sgd_momentum, rmsprop, adagrad, lion"
