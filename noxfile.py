@@ -25,8 +25,9 @@ TEST_DEPS = ["pytest>=7", "pytest-timeout>=2"]
 nox.options.default_venv_backend = "virtualenv"
 nox.options.error_on_missing_interpreters = True
 nox.options.sessions = ["tests-core", *[f"tests-{p}" for p in PACKAGES], "integration", "xla", "lint", "docs"]
-#: The documentation toolchain; the API reference is read from the sources (griffe), so no torch.
-DOCS_DEPS = ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10", "mkdocstrings[python]>=0.26"]
+#: The documentation toolchain; the API reference is read from the sources (griffe), so no torch;
+#: ruff is mkdocstrings' signature formatter (without it signatures print as one long line).
+DOCS_DEPS = ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10", "mkdocstrings[python]>=0.26", "ruff"]
 
 
 def _install_torch(session: nox.Session) -> None:
