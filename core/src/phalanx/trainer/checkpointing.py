@@ -140,7 +140,7 @@ def _default_dirs(trainer: TrainerView) -> list[Path]:
             dirs.extend(sorted(p / "checkpoints" for p in root.iterdir() if p.is_dir()))
     dirs.append(Path(trainer.default_root_dir) / "checkpoints")
     dirs.append(Path(trainer.default_checkpoint_dir))
-    return dirs
+    return list(dict.fromkeys(dirs))  # without a logger the last two are the same directory
 
 
 def _is_complete(path: Path) -> bool:
