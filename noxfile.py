@@ -16,6 +16,8 @@ ROOT = Path(__file__).parent
 TORCH = os.environ.get("PHALANX_TORCH", "torch==2.13.0")
 #: torch-xla pins torch exactly, so the real XLA runs get their own session and venv (`xla`).
 XLA_TORCH = ["torch==2.9.0", "torch-xla==2.9.0"]
+#: The Lightning release the scripts of tests/lightning are checked against (the `lightning` session).
+LIGHTNING = "lightning==2.6.6"
 #: Packages with heavy optional dependencies that must be installed after torch without isolation.
 NO_BUILD_ISOLATION = {"strategy-deepspeed": ["deepspeed>=0.14", "ninja"]}
 
@@ -24,7 +26,7 @@ TEST_DEPS = ["pytest>=7", "pytest-timeout>=2"]
 
 nox.options.default_venv_backend = "virtualenv"
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["tests-core", *[f"tests-{p}" for p in PACKAGES], "integration", "xla", "lint", "docs"]
+nox.options.sessions = ["tests-core", *[f"tests-{p}" for p in PACKAGES], "integration", "xla", "lightning", "lint", "docs"]
 #: The documentation toolchain; the API reference is read from the sources (griffe), so no torch;
 #: ruff is mkdocstrings' signature formatter (without it signatures print as one long line).
 DOCS_DEPS = ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10", "mkdocstrings[python]>=0.26", "ruff"]
@@ -109,6 +111,22 @@ def xla(session: nox.Session) -> None:
     session.install("./core", "./packages/strategy-xla[xla]", *TEST_DEPS)
     # A skip for want of torch-xla fails here (packages/strategy-xla/tests/xla_required.py).
     _pytest(session, "packages/strategy-xla/tests", env={"PJRT_DEVICE": "CPU", "PHALANX_REQUIRE_TORCH_XLA": "1"})
+
+
+@nox.session
+def lightning(session: nox.Session) -> None:
+    """The Lightning scripts of tests/lightning unmodified under real Lightning, with the checks phalanx must pass.
+
+    The integration session runs the same scripts renamed to phalanx (tests/lightning/rename.py);
+    this one proves they are genuine Lightning programs and that the expected numbers are
+    Lightning's. phalanx-core is installed for the test helpers only (the scripts import Lightning
+    alone); a Lightning that does not import fails here instead of skipping. Then the API surface
+    of both is printed side by side (tools/lightning_surface.py).
+    """
+    _install_torch(session)
+    session.install("./core", LIGHTNING, *TEST_DEPS)
+    _pytest(session, "tests/lightning/test_under_lightning.py", env={"PHALANX_REQUIRE_LIGHTNING": "1"})
+    session.run("python", "tools/lightning_surface.py")
 
 
 @nox.session

@@ -135,7 +135,7 @@ class _CountVal(Net):
 )
 def test_validation_schedule(kwargs: dict[str, object], expected: list[tuple[int, int]]) -> None:
     model = _CountVal()
-    trainer = Trainer(**quiet(**kwargs))
+    trainer = Trainer(**quiet(**kwargs, num_sanity_val_steps=0))
     trainer.fit(model, loader(), loader(n=8))
     assert model.val_runs == expected
 

@@ -79,7 +79,7 @@ class PublicCheckpoint(Callback):
         self.dirpath = trainer.strategy.broadcast(trainer.default_checkpoint_dir)
 
     def on_validation_end(self, trainer: TrainerView, pl_module: Module) -> None:
-        if trainer.state.fn != "fit":
+        if trainer.state.fn != "fit" or trainer.sanity_checking:
             return
         assert trainer.validation_enabled and trainer.validation_has_run
         value = trainer.callback_metrics[self.monitor]

@@ -1,8 +1,13 @@
 """phalanx: a Lightning-style Trainer whose distributed strategies are installable plugins.
 
-Importing ``phalanx`` is cheap on purpose: ``Trainer`` and ``Module`` (which need torch) are
-resolved on first attribute access, so ``phalanx strategies`` and plugin ``_plugin.py`` modules can
-import this package without paying for torch.
+Importing ``phalanx`` is cheap on purpose: ``Trainer``, ``Module`` and the other names (which
+need torch) are resolved on first attribute access, so ``phalanx strategies`` and plugin
+``_plugin.py`` modules can import this package without paying for torch.
+
+The top-level names are ``lightning.pytorch``'s (``Trainer``, ``Callback``, ``seed_everything``,
+``__version__``) with ``LightningModule`` and ``LightningDataModule`` renamed ``Module`` and
+``DataModule``, so ``import phalanx as L`` serves a script written for ``import lightning as L``
+(Lightning's ``Fabric`` has no phalanx counterpart), plus ``hookimpl`` for plugin authors.
 """
 
 from __future__ import annotations
@@ -12,11 +17,14 @@ import importlib
 from phalanx import registry as _registry
 from phalanx.version import __version__
 
-__all__ = ["Module", "Trainer", "__version__", "hookimpl"]
+__all__ = ["Callback", "DataModule", "Module", "Trainer", "__version__", "hookimpl", "seed_everything"]
 
 _LAZY = {
     "Trainer": "phalanx.trainer.trainer:Trainer",
     "Module": "phalanx.module:Module",
+    "DataModule": "phalanx.datamodule:DataModule",
+    "Callback": "phalanx.callbacks.callback:Callback",
+    "seed_everything": "phalanx.utilities.seed:seed_everything",
     # Marker for plugin hook implementations: ``@hookimpl def phalanx_register_strategies(registry)``.
     # It is pluggy's, so it is resolved on first use: plain ``import phalanx`` does not load pluggy.
     "hookimpl": "phalanx.hookspecs:hookimpl",
@@ -26,9 +34,12 @@ TYPE_CHECKING = False  # typing's own flag, without importing typing (mypy reads
 if TYPE_CHECKING:
     from typing import Any
 
+    from phalanx.callbacks.callback import Callback
+    from phalanx.datamodule import DataModule
     from phalanx.hookspecs import hookimpl
     from phalanx.module import Module
     from phalanx.trainer.trainer import Trainer
+    from phalanx.utilities.seed import seed_everything
 
 
 def __getattr__(name: str) -> Any:

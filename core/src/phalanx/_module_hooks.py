@@ -27,7 +27,17 @@ def _no_dataloader(module: Any, name: str, argument: str, stage: str) -> Misconf
 
 
 class ModuleHooks:
-    """Lifecycle, batch, optimizer, data and checkpoint hooks with empty defaults."""
+    """Lifecycle, batch, optimizer, data and checkpoint hooks with empty defaults.
+
+    Attributes:
+        prepare_data_per_node: ``True``: :meth:`prepare_data` runs on local rank 0 of every machine
+            (each has its own disk); ``False``: only on global rank 0 (a shared filesystem).
+        allow_zero_length_dataloader_with_multiple_devices: Accept a dataloader with no batches on
+            some ranks instead of raising (Lightning's flag of the same name).
+    """
+
+    prepare_data_per_node: bool = True
+    allow_zero_length_dataloader_with_multiple_devices: bool = False
 
     # ------------------------------------------------------------------ setup & teardown
     def prepare_data(self) -> None:
@@ -41,6 +51,14 @@ class ModuleHooks:
 
     def configure_model(self) -> None:
         """Create layers here to build them directly on the device / sharded (called every stage)."""
+
+    def configure_callbacks(self) -> Any:
+        """Callbacks this model needs wherever it is trained (a callback or a list); none by default.
+
+        The Trainer adds them to its own at the start of each stage; one of the same type as a
+        Trainer callback replaces it, so the model's settings win (as in Lightning).
+        """
+        return []
 
     # ------------------------------------------------------------------ fit / train
     def on_fit_start(self) -> None:
@@ -86,6 +104,10 @@ class ModuleHooks:
 
     def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         """Called after each validation step."""
+
+    def on_validation_model_zero_grad(self) -> None:
+        """Release the gradients before validation runs inside fit (not in an accumulation window)."""
+        self.zero_grad()  # type: ignore[attr-defined]
 
     def on_validation_model_eval(self) -> None:
         """Put the model in eval mode for validation (override to keep e.g. dropout on)."""
@@ -157,6 +179,23 @@ class ModuleHooks:
 
     def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
         """Called with true-scale gradients right before clipping and the optimizer step."""
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Backpropagate ``loss`` (already divided by the accumulation steps); override for a custom backward.
+
+        The precision calls it after scaling the loss; ``args``/``kwargs`` go to ``Tensor.backward``.
+        """
+        loss.backward(*args, **kwargs)
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        """Step one LR scheduler at its interval; ``metric`` is its monitored value (ReduceLROnPlateau), else None.
+
+        Override for a scheduler with another stepping API (e.g. timm's ``step(epoch=...)``).
+        """
+        if metric is None:
+            scheduler.step()
+        else:
+            scheduler.step(metric)
 
     # ------------------------------------------------------------------ data
     def train_dataloader(self) -> Any:

@@ -9,29 +9,46 @@ what it needs, exactly as in Lightning, which keeps ported code unchanged.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from phalanx._module_export import ExportMixin, jit_is_scripting
 from phalanx._module_hooks import BatchTransferHooks, ModuleHooks
 from phalanx.errors import MisconfigurationError
+from phalanx.hparams import HyperparametersMixin
+from phalanx.saving import ModelIO
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from phalanx.trainer_view import TrainerView
 
 __all__ = ["Module"]
 
 
-class Module(ModuleHooks, BatchTransferHooks, nn.Module):
+class Module(ModelIO, ExportMixin, HyperparametersMixin, ModuleHooks, BatchTransferHooks, nn.Module):
     """Base class for models trained by :class:`phalanx.Trainer`.
 
     Subclasses define at least ``training_step`` and ``configure_optimizers`` for ``fit``;
     ``validation_step``, ``test_step`` and ``predict_step`` enable the other stages.
+    ``save_hyperparameters`` / ``hparams`` come from :class:`~phalanx.hparams.HyperparametersMixin`,
+    ``load_from_checkpoint`` / ``strict_loading`` from :class:`~phalanx.saving.ModelIO`, and
+    ``to_torchscript`` / ``to_onnx`` / ``example_input_array`` from the export mixin.
     """
+
+    #: Properties TorchScript must not compile (it would read e.g. ``trainer`` outside a Trainer);
+    #: every property of the class, a test keeps the list complete.
+    __jit_unused_properties__: list[str] = [  # noqa: RUF012
+        "trainer", "_current_fx_name", "automatic_optimization", "device", "dtype", "device_mesh", "on_gpu",
+        "global_rank", "local_rank", "current_epoch", "global_step", "logger", "loggers", "strict_loading",
+        "example_input_array", *HyperparametersMixin.__jit_unused_properties__,
+    ]  # fmt: skip
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -41,8 +58,8 @@ class Module(ModuleHooks, BatchTransferHooks, nn.Module):
         self._run: Any = None
         self._automatic_optimization = True
         self._warned_detached_log = False
-        #: Whether checkpoints must match the model's keys exactly when loaded by the Trainer.
-        self.strict_loading = True
+        # requires_grad of every optimizer's parameters while toggle_optimizer is in effect
+        self._param_requires_grad_state: dict[torch.Tensor, bool] = {}
 
     # ------------------------------------------------------------------ pickling
     def __getstate__(self) -> dict[str, Any]:
@@ -61,6 +78,8 @@ class Module(ModuleHooks, BatchTransferHooks, nn.Module):
             RuntimeError: The Module is not attached to a Trainer yet.
         """
         if self._trainer is None:
+            if jit_is_scripting():  # TorchScript reads every attribute; it must not fail here
+                return None  # type: ignore[return-value]
             msg = (
                 f"{type(self).__qualname__} is not attached to a Trainer; `self.trainer` is only "
                 "available inside trainer.fit/validate/test/predict."
@@ -103,6 +122,11 @@ class Module(ModuleHooks, BatchTransferHooks, nn.Module):
             if tensor.is_floating_point():
                 return tensor.dtype
         return torch.float32
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the model's parameters are on a CUDA device."""
+        return self.device.type == "cuda"
 
     @property
     def device_mesh(self) -> Any:
@@ -320,3 +344,63 @@ class Module(ModuleHooks, BatchTransferHooks, nn.Module):
     def all_gather(self, data: torch.Tensor, group: Any = None, sync_grads: bool = False) -> torch.Tensor:
         """Gather ``data`` from every process through the strategy."""
         return self.trainer.strategy.all_gather(data, group=group, sync_grads=sync_grads)
+
+    # ------------------------------------------------------------------ freezing & optimizer toggling
+    def freeze(self) -> Self:
+        """Stop gradients for every parameter and switch to eval mode (for inference); returns ``self``."""
+        for param in self.parameters():
+            param.requires_grad = False
+        return self.eval()
+
+    def unfreeze(self) -> Self:
+        """Let every parameter receive gradients again and switch to train mode; returns ``self``."""
+        for param in self.parameters():
+            param.requires_grad = True
+        return self.train()
+
+    def toggle_optimizer(self, optimizer: Any) -> None:
+        """Compute gradients only for ``optimizer``'s parameters until :meth:`untoggle_optimizer`.
+
+        With several optimizers (a GAN's generator and discriminator), a backward for one must not
+        leave gradients on the other's parameters. The parameters of every other optimizer of the
+        Trainer stop requiring gradients; each parameter's previous ``requires_grad`` is kept, so
+        parameters frozen on purpose stay frozen.
+
+        Args:
+            optimizer: One of the Trainer's optimizers, or the wrapper ``self.optimizers()`` returns.
+        """
+        previous: dict[torch.Tensor, bool] = {}
+        for opt in self.trainer.optimizers:
+            for param in _parameters_of(opt):
+                if param not in previous:
+                    previous[param] = param.requires_grad
+                    param.requires_grad = False
+        for param in _parameters_of(optimizer):
+            param.requires_grad = previous.get(param, param.requires_grad)
+        self._param_requires_grad_state = previous
+
+    def untoggle_optimizer(self, optimizer: Any) -> None:
+        """Give the other optimizers' parameters back the ``requires_grad`` they had before :meth:`toggle_optimizer`."""
+        inner = getattr(optimizer, "optimizer", optimizer)
+        state = self._param_requires_grad_state
+        for opt in self.trainer.optimizers:
+            if opt is optimizer or opt is inner:
+                continue
+            for param in _parameters_of(opt):
+                if param in state:
+                    param.requires_grad = state[param]
+        self._param_requires_grad_state = {}
+
+    @contextlib.contextmanager
+    def toggled_optimizer(self, optimizer: Any) -> Iterator[None]:
+        """:meth:`toggle_optimizer` for the ``with`` block, :meth:`untoggle_optimizer` after it (also on error)."""
+        self.toggle_optimizer(optimizer)
+        try:
+            yield
+        finally:
+            self.untoggle_optimizer(optimizer)
+
+
+def _parameters_of(optimizer: Any) -> Iterator[torch.Tensor]:
+    for group in optimizer.param_groups:
+        yield from group["params"]

@@ -37,6 +37,7 @@ class RunningStage(str, Enum):
     VALIDATING = "validate"
     TESTING = "test"
     PREDICTING = "predict"
+    SANITY_CHECKING = "sanity_check"
 
 
 @dataclass
@@ -84,7 +85,31 @@ class TrainerView(Protocol):
 
     @property
     def sanity_checking(self) -> bool:
-        """Whether the sanity validation before fit runs."""
+        """Whether the sanity validation before fit runs (callbacks skip saving and logging then)."""
+
+    @property
+    def evaluating(self) -> bool:
+        """Whether a validation or test loop runs."""
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the last stage ended with an exception."""
+
+    @property
+    def received_sigterm(self) -> bool:
+        """Whether fit caught a preemption signal."""
+
+    @property
+    def fast_dev_run(self) -> int:
+        """Batches per loop of a ``fast_dev_run`` (0: off); a fast dev run writes no checkpoints or logs."""
+
+    @property
+    def num_sanity_val_batches(self) -> list[float]:
+        """Batches per validation dataloader the sanity check runs."""
+
+    @property
+    def is_last_batch(self) -> bool:
+        """Whether the training batch being run is the last of its epoch."""
 
     @property
     def current_hook(self) -> str | None:
@@ -220,6 +245,18 @@ class TrainerView(Protocol):
     @property
     def datamodule(self) -> Any:
         """The DataModule of this stage, or None."""
+
+    @property
+    def ckpt_path(self) -> str | None:
+        """The checkpoint the last entry point restored, or None."""
+
+    @property
+    def min_epochs(self) -> int | None:
+        """Epochs before ``should_stop`` may end fit."""
+
+    @property
+    def min_steps(self) -> int | None:
+        """Optimizer steps before ``should_stop`` may end fit."""
 
     # ------------------------------------------------------------------ metrics, loggers, files
     @property

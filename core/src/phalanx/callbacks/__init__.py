@@ -1,9 +1,11 @@
-"""Trainer callbacks: the base class, checkpointing and the progress bar."""
+"""Trainer callbacks: the base class and the built-in ones, under Lightning's names."""
 
 from __future__ import annotations
 
 from phalanx.callbacks.callback import Callback
 from phalanx.callbacks.model_checkpoint import ModelCheckpoint
+from phalanx.callbacks.model_summary import ModelSummary
 from phalanx.callbacks.progress import TQDMProgressBar
+from phalanx.callbacks.timer import Timer
 
-__all__ = ["Callback", "ModelCheckpoint", "TQDMProgressBar"]
+__all__ = ["Callback", "ModelCheckpoint", "ModelSummary", "TQDMProgressBar", "Timer"]

@@ -62,6 +62,12 @@ class Callback:
     def on_fit_end(self, trainer: TrainerView, pl_module: Module) -> None:
         """Called when fit ends."""
 
+    def on_sanity_check_start(self, trainer: TrainerView, pl_module: Module) -> None:
+        """Called before the sanity validation (``num_sanity_val_steps`` batches) that opens fit."""
+
+    def on_sanity_check_end(self, trainer: TrainerView, pl_module: Module) -> None:
+        """Called after the sanity validation."""
+
     def on_exception(self, trainer: TrainerView, pl_module: Module, exception: BaseException) -> None:
         """Called when a stage is interrupted by ``exception``."""
 

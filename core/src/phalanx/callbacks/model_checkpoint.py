@@ -208,7 +208,12 @@ class ModelCheckpoint(Callback):
 
     # ------------------------------------------------------------------ decisions
     def _should_skip(self, trainer: TrainerView) -> bool:
-        return trainer.state.fn != "fit" or self._last_global_step_saved == trainer.global_step
+        return (
+            trainer.state.fn != "fit"
+            or trainer.sanity_checking
+            or bool(trainer.fast_dev_run)
+            or self._last_global_step_saved == trainer.global_step
+        )
 
     def _save_on_epoch_end(self, trainer: TrainerView) -> bool:
         if self._save_on_train_epoch_end is not None:

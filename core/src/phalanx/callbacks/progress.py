@@ -108,7 +108,8 @@ class TQDMProgressBar(Callback):
     def _start_eval(self, trainer: TrainerView, desc: str, totals: list[float]) -> None:
         if self._enabled:
             total = sum(totals) if totals else 0
-            self._eval_bar = self._bar(desc, total, leave=self._train_bar is None)
+            leave = self._train_bar is None and not trainer.sanity_checking  # temporary inside fit
+            self._eval_bar = self._bar(desc, total, leave=leave)
 
     def _advance_eval(self) -> None:
         if self._eval_bar is not None:
@@ -124,7 +125,10 @@ class TQDMProgressBar(Callback):
 
     def on_validation_start(self, trainer: TrainerView, pl_module: Module) -> None:
         """Open a validation bar (temporary during fit)."""
-        self._start_eval(trainer, "Validation", trainer.num_val_batches)
+        if trainer.sanity_checking:
+            self._start_eval(trainer, "Sanity Checking", trainer.num_sanity_val_batches)
+        else:
+            self._start_eval(trainer, "Validation", trainer.num_val_batches)
 
     def on_validation_batch_end(
         self, trainer: TrainerView, pl_module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0

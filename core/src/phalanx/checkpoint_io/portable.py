@@ -19,8 +19,20 @@ from phalanx.version import __version__
 
 __all__ = ["PORTABLE_KEYS", "write_portable_checkpoint"]
 
-#: Trainer-state keys carried over into a portable checkpoint when present.
-PORTABLE_KEYS = ("epoch", "global_step", "strategy", "world_size")
+#: Keys of the source checkpoint carried over into a portable one when present: where training
+#: stood, and what ``Module.load_from_checkpoint`` needs to rebuild the model (its class, for
+#: messages, and the saved ``__init__`` arguments of the Module and the DataModule).
+PORTABLE_KEYS = (
+    "epoch",
+    "global_step",
+    "strategy",
+    "world_size",
+    "module_class",
+    "hyper_parameters",
+    "hparams_name",
+    "datamodule_hyper_parameters",
+    "datamodule_hparams_name",
+)
 
 
 def write_portable_checkpoint(
@@ -39,8 +51,9 @@ def write_portable_checkpoint(
         state_dict: The full (gathered, unsharded) ``module.state_dict()``.
         destination: The file to write; missing parent folders are created.
         source: The checkpoint it was converted from; its base name is recorded for diagnostics.
-        extra: The source's Trainer state; only :data:`PORTABLE_KEYS` are carried over, since
-            optimizer and loop state belong to the strategy that wrote them.
+        extra: The source's checkpoint entries other than the weights (pass them all); only
+            :data:`PORTABLE_KEYS` are carried over, since optimizer and loop state belong to the
+            strategy that wrote them.
     """
     full = {
         key: (value.detach().to("cpu", torch.float32) if value.is_floating_point() else value.detach().cpu())

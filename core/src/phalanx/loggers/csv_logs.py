@@ -18,9 +18,28 @@ from typing import Any
 from phalanx.errors import MisconfigurationError
 from phalanx.loggers.logger import Logger
 
-__all__ = ["CSVLogger"]
+__all__ = ["CSVLogger", "write_hparams_yaml"]
 
 _VERSION_DIR = re.compile(r"^version_(\d+)$")
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as YAML can write it safely: containers kept, anything else as its ``str``."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return str(value)
+
+
+def write_hparams_yaml(path: str, hparams: Mapping[str, Any]) -> None:
+    """Write ``hparams`` to ``path`` as YAML (``Module.load_from_checkpoint(hparams_file=...)`` reads it)."""
+    import yaml
+
+    with open(path, "w") as handle:
+        yaml.safe_dump(_plain(dict(hparams)), handle, sort_keys=False)
 
 
 class CSVLogger(Logger):
@@ -101,7 +120,7 @@ class CSVLogger(Logger):
         return max(found) + 1 if found else 0
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
-        """Keep hyperparameters; written to ``hparams.csv`` on save."""
+        """Keep hyperparameters; written to ``hparams.yaml`` in :attr:`log_dir` on save."""
         self.hparams.update(params)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
@@ -120,10 +139,7 @@ class CSVLogger(Logger):
         """
         os.makedirs(self.log_dir, exist_ok=True)
         if self.hparams:
-            with open(os.path.join(self.log_dir, "hparams.csv"), "w", newline="") as handle:
-                writer = csv.writer(handle)
-                writer.writerow(["name", "value"])
-                writer.writerows((key, value) for key, value in self.hparams.items())
+            write_hparams_yaml(os.path.join(self.log_dir, "hparams.yaml"), self.hparams)
         if not self._rows:
             return
         new_keys = [key for row in self._rows for key in row if key not in self._columns]

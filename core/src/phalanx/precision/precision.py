@@ -104,6 +104,11 @@ class Precision:
         """Runs before backward; returns the loss to backpropagate."""
         return tensor
 
+    @property
+    def scaler(self) -> Any:
+        """The loss scaler (a ``torch.amp.GradScaler``) of precisions that scale the loss; None here."""
+        return None
+
     def backward(
         self,
         tensor: torch.Tensor,
@@ -112,8 +117,14 @@ class Precision:
         *args: Any,
         **kwargs: Any,
     ) -> None:
-        """Backpropagate ``tensor``; ``args``/``kwargs`` go to ``Tensor.backward``."""
-        tensor.backward(*args, **kwargs)
+        """Backpropagate ``tensor`` through the Module's ``backward`` hook (``Tensor.backward`` by
+        default; a Module overrides it to enter e.g. ``loss_parallel()``); ``args``/``kwargs`` go along.
+        A model without the hook (a plain ``nn.Module``) calls ``Tensor.backward`` directly."""
+        hook = getattr(model, "backward", None)  # nn.Module has no ``backward``: only a phalanx Module does
+        if hook is not None:
+            hook(tensor, *args, **kwargs)
+        else:
+            tensor.backward(*args, **kwargs)
 
     def post_backward(self, tensor: torch.Tensor, module: nn.Module | None) -> torch.Tensor:
         """Runs after backward; returns the (unscaled) loss."""

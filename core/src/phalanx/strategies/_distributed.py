@@ -98,6 +98,16 @@ def inject_distributed_sampler(dataloader: Any, shuffle: bool | None, *, num_rep
     sampler: DistributedSampler[Any] = DistributedSampler(
         dataloader.dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=0
     )
+    return replace_sampler(dataloader, sampler)
+
+
+def replace_sampler(dataloader: DataLoader[Any], sampler: Any) -> DataLoader[Any]:
+    """``dataloader`` rebuilt with ``sampler`` choosing the order (everything else as it was).
+
+    Raises:
+        MisconfigurationError: A custom batch sampler without ``.sampler``, or a DataLoader subclass
+            whose ``__init__`` does not take DataLoader's arguments.
+    """
     kwargs: dict[str, Any] = {name: getattr(dataloader, name) for name in _LOADER_ARGS if hasattr(dataloader, name)}
     if dataloader.num_workers > 0:
         kwargs["prefetch_factor"] = dataloader.prefetch_factor
@@ -123,7 +133,7 @@ def inject_distributed_sampler(dataloader: Any, shuffle: bool | None, *, num_rep
         return type(dataloader)(dataloader.dataset, **kwargs)
     except TypeError as err:
         msg = (
-            f"Cannot rebuild {type(dataloader).__name__} with a DistributedSampler ({err}); its __init__ does not "
+            f"Cannot rebuild {type(dataloader).__name__} with a {type(sampler).__name__} ({err}); its __init__ does not "
             "accept DataLoader's arguments. Fix: use a plain DataLoader, or shard the data yourself and pass "
             "Trainer(use_distributed_sampler=False)."
         )

@@ -201,6 +201,19 @@ class Strategy(StrategySteps, StrategyCollectives, StrategyCheckpointing, Strate
         return False
 
     @property
+    def empty_init_on_meta(self) -> bool:
+        """Whether ``tensor_init_context(empty_init=True)`` (``Trainer.init_module``) builds on the meta
+        device: True for sharding strategies that allocate each shard and call ``reset_parameters``
+        themselves when they set the model up; False here (weights are allocated, init is skipped)."""
+        return False
+
+    @property
+    def supports_inference_mode(self) -> bool:
+        """Whether evaluation may run under ``torch.inference_mode()`` (``Trainer(inference_mode=True)``);
+        False makes it use ``torch.no_grad()`` (XLA graphs, for instance, cannot take inference tensors)."""
+        return True
+
+    @property
     def restore_checkpoint_after_setup(self) -> bool:
         """Whether the strategy's checkpoint state exists only after :meth:`setup` (sharded models).
 
@@ -365,9 +378,16 @@ class Strategy(StrategySteps, StrategyCollectives, StrategyCheckpointing, Strate
 
         Args:
             empty_init: ``True`` skips ``torch.nn.init`` (weights are left uninitialised), for models
-                whose weights a checkpoint overwrites anyway. ``None``/``False`` initialise normally.
+                whose weights a checkpoint overwrites anyway; a strategy that materialises meta
+                tensors itself (:attr:`empty_init_on_meta`) builds on the meta device instead.
+                ``None``/``False`` initialise normally.
         """
         with ExitStack() as stack:
+            if empty_init and self.empty_init_on_meta:
+                stack.enter_context(torch.device("meta"))
+                stack.enter_context(self.precision_plugin.tensor_init_context())
+                yield
+                return
             if empty_init:
                 stack.enter_context(SkipInit())
             stack.enter_context(self.root_device)

@@ -10,6 +10,7 @@ accepted and a concrete fix, and returns the normalised value.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +27,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "add_default_callbacks",
+    "add_module_callbacks",
+    "check_barebones",
+    "check_datamodule",
     "check_eval",
+    "check_fast_dev_run",
     "check_fit",
+    "check_max_time",
+    "check_model_registry",
+    "check_overfit",
+    "check_profiler",
+    "check_sanity_steps",
+    "split_datamodule",
     "no_training_data",
     "check_bool",
     "check_callbacks",
@@ -184,8 +195,34 @@ def check_plugins(value: Any) -> list[Any]:
     return items
 
 
-def add_default_callbacks(callbacks: list[Any], checkpointing_on: bool, bar_on: bool) -> list[Any]:
-    """Add the default progress bar / ModelCheckpoint and put checkpointing callbacks last.
+def check_model_registry(value: Any) -> None:
+    """``model_registry`` is a hosted-service upload in Lightning; phalanx has no such service."""
+    if value is not None:
+        raise _fail(
+            "model_registry",
+            value,
+            "None (phalanx uploads nowhere)",
+            "drop model_registry and copy the checkpoint files (ModelCheckpoint.best_model_path) where you keep models",
+        )
+
+
+def check_profiler(value: Any) -> Any:
+    """None, ``"simple"``, ``"advanced"``, ``"pytorch"`` or a :class:`phalanx.profilers.Profiler`; None when off."""
+    if value is None:
+        return None
+    from phalanx.profilers import resolve_profiler
+
+    try:
+        return resolve_profiler(value)
+    except MisconfigurationError as error:
+        raise _fail(
+            "profiler", value, "None, 'simple', 'advanced', 'pytorch' or a phalanx.profilers.Profiler", "pass profiler='simple'"
+        ) from error
+
+
+def add_default_callbacks(callbacks: list[Any], checkpointing_on: bool, bar_on: bool, config: TrainerConfig) -> list[Any]:
+    """Add the default progress bar / model summary / ModelCheckpoint (and a Timer for ``max_time``);
+    put checkpointing callbacks last.
 
     Checkpointing runs after every other callback so the state it saves is final for the step.
 
@@ -193,7 +230,9 @@ def add_default_callbacks(callbacks: list[Any], checkpointing_on: bool, bar_on: 
         MisconfigurationError: A ModelCheckpoint/TQDMProgressBar given while its flag is False.
     """
     from phalanx.callbacks.model_checkpoint import ModelCheckpoint
+    from phalanx.callbacks.model_summary import ModelSummary
     from phalanx.callbacks.progress import TQDMProgressBar
+    from phalanx.callbacks.timer import Timer
 
     has_ckpt = any(isinstance(cb, ModelCheckpoint) for cb in callbacks)
     has_bar = any(isinstance(cb, TQDMProgressBar) for cb in callbacks)
@@ -204,12 +243,45 @@ def add_default_callbacks(callbacks: list[Any], checkpointing_on: bool, bar_on: 
         msg = "Trainer(enable_progress_bar=False) conflicts with the TQDMProgressBar in callbacks; drop one of them."
         raise MisconfigurationError(msg)
     callbacks = list(callbacks)
+    if config.enable_model_summary and not any(isinstance(cb, ModelSummary) for cb in callbacks):
+        callbacks.append(ModelSummary())
     if bar_on and not has_bar:
         callbacks.append(TQDMProgressBar())
+    if config.max_time is not None:
+        if any(isinstance(cb, Timer) for cb in callbacks):
+            warnings.warn("Trainer(max_time=...) is ignored: callbacks already hold a Timer, which decides.", stacklevel=3)
+        else:
+            callbacks.append(Timer(duration=config.max_time, interval="step"))
     if checkpointing_on and not has_ckpt:
         callbacks.append(ModelCheckpoint())
     last = [cb for cb in callbacks if isinstance(cb, ModelCheckpoint)]
     return [cb for cb in callbacks if not isinstance(cb, ModelCheckpoint)] + last
+
+
+def add_module_callbacks(callbacks: list[Any], module: Any) -> list[Any]:
+    """Merge what ``module.configure_callbacks()`` returns: each replaces the Trainer's callbacks of
+    its type, the rest are added; checkpointing callbacks stay last (Lightning's rule).
+
+    Raises:
+        MisconfigurationError: ``configure_callbacks`` returned something that is not a Callback.
+    """
+    from phalanx.callbacks.callback import Callback
+    from phalanx.callbacks.model_checkpoint import ModelCheckpoint
+
+    if not is_overridden("configure_callbacks", module, Module):
+        return callbacks
+    extra = _as_list(module.configure_callbacks())
+    wrong = [type(cb).__qualname__ for cb in extra if not isinstance(cb, Callback)]
+    if wrong:
+        msg = (
+            f"{type(module).__qualname__}.configure_callbacks() returned {wrong}; return a Callback or a list of "
+            "phalanx.callbacks.Callback instances."
+        )
+        raise MisconfigurationError(msg)
+    types = {type(cb) for cb in extra}
+    merged = [cb for cb in callbacks if type(cb) not in types and not any(cb is e for e in extra)] + extra
+    last = [cb for cb in merged if isinstance(cb, ModelCheckpoint)]
+    return [cb for cb in merged if not isinstance(cb, ModelCheckpoint)] + last
 
 
 # ---------------------------------------------------------------------- entry points
@@ -230,7 +302,58 @@ def _check_module(model: Any, fn: str) -> None:
         raise MisconfigurationError(msg)
 
 
-def check_fit(trainer: TrainerView, model: Any, train: Any, val: Any, ckpt_path: Any) -> str | None:
+_TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
+
+
+def check_datamodule(datamodule: Any, loaders: dict[str, Any], fn: str) -> Any:
+    """A DataModule (or None); it cannot come together with dataloaders.
+
+    Raises:
+        MisconfigurationError: Not a DataModule, or given together with dataloaders.
+    """
+    if datamodule is None:
+        return None
+    from phalanx.datamodule import DataModule
+
+    if not isinstance(datamodule, DataModule):
+        msg = (
+            f"{fn}(datamodule=...) expects a phalanx.DataModule, got {type(datamodule).__qualname__}. Fix: subclass "
+            "phalanx.DataModule, or pass the dataloaders themselves."
+        )
+        raise MisconfigurationError(msg)
+    transfer = [name for name in _TRANSFER_HOOKS if callable(getattr(datamodule, name, None))]
+    if transfer:
+        msg = (
+            f"{type(datamodule).__qualname__} defines {', '.join(transfer)}; phalanx calls the batch-transfer hooks "
+            "of the Module only. Fix: move them to the Module (same names and arguments)."
+        )
+        raise MisconfigurationError(msg)
+    given = [name for name, value in loaders.items() if value is not None]
+    if given:
+        msg = (
+            f"{fn}() got both datamodule= and {' and '.join(given)}=; the data comes from one place. Fix: drop "
+            f"{given[0]}, or drop datamodule."
+        )
+        raise MisconfigurationError(msg)
+    return datamodule
+
+
+def split_datamodule(first: Any, datamodule: Any) -> tuple[Any, Any]:
+    """Lightning accepts a DataModule in the dataloaders' position: move it to ``datamodule``."""
+    from phalanx.datamodule import DataModule
+
+    if isinstance(first, DataModule) and datamodule is None:
+        return None, first
+    return first, datamodule
+
+
+def _provides(name: str, model: Any, datamodule: Any) -> bool:
+    from phalanx.datamodule import DataModule
+
+    return is_overridden(name, datamodule, DataModule) or is_overridden(name, type(model), Module)
+
+
+def check_fit(trainer: TrainerView, model: Any, train: Any, val: Any, datamodule: Any, ckpt_path: Any) -> str | None:
     """Validate ``fit``'s arguments; returns the resolved checkpoint path."""
     _check_module(model, "fit")
     missing = [name for name in ("training_step", "configure_optimizers") if not is_overridden(name, type(model), Module)]
@@ -241,9 +364,10 @@ def check_fit(trainer: TrainerView, model: Any, train: Any, val: Any, ckpt_path:
             "returning an optimizer."
         )
         raise MisconfigurationError(msg)
+    check_datamodule(datamodule, {"train_dataloaders": train, "val_dataloaders": val}, "fit")
     if train is not None:
         as_loader_list(train, argument="train_dataloaders", multiple=False)
-    elif not is_overridden("train_dataloader", type(model), Module):
+    elif not _provides("train_dataloader", model, datamodule):
         raise no_training_data(model)
     if val is not None:
         as_loader_list(val, argument="val_dataloaders", multiple=True)
@@ -253,12 +377,14 @@ def check_fit(trainer: TrainerView, model: Any, train: Any, val: Any, ckpt_path:
 def no_training_data(model: Any) -> MisconfigurationError:
     """The error for a fit without training data (checked up front, and again once the hook ran)."""
     return MisconfigurationError(
-        f"fit() got no training data: pass train_dataloaders=DataLoader(...) or define "
+        f"fit() got no training data: pass train_dataloaders=DataLoader(...), a datamodule, or define "
         f"{type(model).__qualname__}.train_dataloader()."
     )
 
 
-def check_eval(trainer: TrainerView, fn: TrainerFn, model: Any, dataloaders: Any, ckpt_path: Any) -> tuple[Any, str | None]:
+def check_eval(
+    trainer: TrainerView, fn: TrainerFn, model: Any, dataloaders: Any, datamodule: Any, ckpt_path: Any
+) -> tuple[Any, str | None]:
     """Validate ``validate``/``test``/``predict`` arguments; returns (model, checkpoint path)."""
     name = fn.value
     if model is None:
@@ -271,12 +397,78 @@ def check_eval(trainer: TrainerView, fn: TrainerFn, model: Any, dataloaders: Any
     if step is not None and not is_overridden(step, type(model), Module):
         msg = f"{type(model).__qualname__} does not define {step}, which {name}() needs; define `{step}(self, batch, batch_idx)`."
         raise MisconfigurationError(msg)
+    check_datamodule(datamodule, {"dataloaders": dataloaders}, name)
     if dataloaders is not None:
         as_loader_list(dataloaders, argument="dataloaders", multiple=True)
-    elif not is_overridden(_DATA_HOOK[fn], type(model), Module):
-        msg = f"{name}() got no data: pass dataloaders=DataLoader(...) or define {type(model).__qualname__}.{_DATA_HOOK[fn]}()."
+    elif not _provides(_DATA_HOOK[fn], model, datamodule):
+        msg = (
+            f"{name}() got no data: pass dataloaders=DataLoader(...), a datamodule, or define "
+            f"{type(model).__qualname__}.{_DATA_HOOK[fn]}()."
+        )
         raise MisconfigurationError(msg)
     return model, resolve_ckpt_path(trainer, ckpt_path, name)
+
+
+def check_fast_dev_run(value: Any) -> int:
+    """``fast_dev_run``: False/0 (off), True (1 batch) or an int number of batches per loop."""
+    if value is True:
+        return 1
+    if value is False:
+        return 0
+    if not _is_int(value) or value < 0:
+        raise _fail("fast_dev_run", value, "True, False or an int >= 0", "pass fast_dev_run=True or fast_dev_run=5")
+    return int(value)
+
+
+def check_sanity_steps(value: Any, *, off: bool) -> int | float:
+    """``num_sanity_val_steps``: validation batches before training (-1: all; None: 2, or 0 when ``off``)."""
+    if value is None:
+        return 0 if off else 2
+    if not _is_int(value) or value < -1:
+        raise _fail(
+            "num_sanity_val_steps", value, "an int >= 0, -1 (all batches) or None", "pass e.g. num_sanity_val_steps=0"
+        )
+    return float("inf") if value == -1 else int(value)
+
+
+def check_overfit(value: Any) -> int | float:
+    """``overfit_batches``: 0 (off), a fraction in (0, 1] or an int count of training batches."""
+    if _is_int(value) and value >= 0:
+        return int(value)
+    if isinstance(value, float) and 0.0 <= value <= 1.0:
+        return value
+    raise _fail("overfit_batches", value, "a float in [0.0, 1.0] or an int >= 0", "pass e.g. overfit_batches=10")
+
+
+def check_max_time(value: Any) -> Any:
+    """``max_time``: None, ``"DD:HH:MM:SS"``, a dict of ``timedelta`` keywords or a ``timedelta``."""
+    if value is None:
+        return None
+    from phalanx.callbacks.timer import parse_duration
+
+    try:
+        return parse_duration(value)
+    except MisconfigurationError as error:
+        raise _fail(
+            "max_time",
+            value,
+            "'DD:HH:MM:SS', a dict such as {'hours': 1}, or a datetime.timedelta",
+            "pass e.g. max_time='00:12:00:00' (12 hours)",
+        ) from error
+
+
+def check_barebones(barebones: Any, flags: dict[str, Any]) -> bool:
+    """``barebones=True`` turns off everything that costs time; asking for one of those again is an error."""
+    barebones = check_bool("barebones", barebones)
+    if barebones:
+        for name, value in flags.items():
+            if value not in (None, False, 0):
+                msg = (
+                    f"Trainer(barebones=True) turns {name} off, but {name}={value!r} was passed. Fix: drop "
+                    f"{name}, or pass barebones=False."
+                )
+                raise MisconfigurationError(msg)
+    return barebones
 
 
 def build_config(
@@ -295,28 +487,73 @@ def build_config(
     sync_batchnorm: Any,
     deterministic: Any,
     default_root_dir: Any,
+    min_epochs: Any = None,
+    min_steps: Any = None,
+    max_time: Any = None,
+    num_sanity_val_steps: Any = None,
+    fast_dev_run: Any = False,
+    overfit_batches: Any = 0.0,
+    reload_dataloaders_every_n_epochs: Any = 0,
+    inference_mode: Any = True,
+    detect_anomaly: Any = False,
+    benchmark: Any = None,
+    barebones: bool = False,
+    enable_model_summary: bool = True,
+    enable_autolog_hparams: Any = True,
 ) -> TrainerConfig:
     """Validate the loop-shaping ``Trainer(...)`` arguments into a :class:`TrainerConfig`.
+
+    ``fast_dev_run=n`` runs n batches of every loop once (limits n, one epoch, ``max_steps=n``, no
+    sanity check); ``overfit_batches`` trains and validates on the same first batches, unshuffled.
 
     Raises:
         MisconfigurationError: The first invalid argument, with the fix.
     """
+    dev_run = check_fast_dev_run(fast_dev_run)
     steps = int(check_int("max_steps", max_steps, minimum=-1, example=1000))  # type: ignore[arg-type]
     epochs = check_max_epochs(max_epochs)
-    clip_val, clip_algorithm = check_clip(gradient_clip_val, gradient_clip_algorithm)
+    duration = check_max_time(max_time)
+    clip_val, clip_algorithm = check_clip(gradient_clip_val, "norm" if gradient_clip_algorithm is None else gradient_clip_algorithm)
+    batch_limits = {f"limit_{stage}_batches": check_limit(f"limit_{stage}_batches", limits[stage]) for stage in limits}
+    overfit = check_overfit(overfit_batches)
+    if overfit > 0:
+        batch_limits["limit_train_batches"] = batch_limits["limit_val_batches"] = overfit
+    if epochs is None:
+        epochs = 1000 if steps == -1 and duration is None else -1
+    interval = check_val_check_interval(val_check_interval)
+    every_n = check_int("check_val_every_n_epoch", check_val_every_n_epoch, minimum=1, allow_none=True)
+    sanity = check_sanity_steps(num_sanity_val_steps, off=barebones or dev_run > 0)
+    if dev_run:
+        batch_limits = {name: dev_run for name in batch_limits}
+        steps, epochs, sanity, interval, every_n = dev_run, 1, 0, 1.0, 1
     return TrainerConfig(
         num_nodes=int(check_int("num_nodes", num_nodes, minimum=1)),  # type: ignore[arg-type]
-        max_epochs=(1000 if steps == -1 else -1) if epochs is None else epochs,
+        max_epochs=epochs,
         max_steps=steps,
-        **{f"limit_{stage}_batches": check_limit(f"limit_{stage}_batches", limits[stage]) for stage in limits},
-        val_check_interval=check_val_check_interval(val_check_interval),
-        check_val_every_n_epoch=check_int("check_val_every_n_epoch", check_val_every_n_epoch, minimum=1, allow_none=True),
+        **batch_limits,
+        val_check_interval=interval,
+        check_val_every_n_epoch=every_n,
         accumulate_grad_batches=int(check_int("accumulate_grad_batches", accumulate_grad_batches, minimum=1)),  # type: ignore[arg-type]
         gradient_clip_val=clip_val,
         gradient_clip_algorithm=clip_algorithm,
-        log_every_n_steps=int(check_int("log_every_n_steps", log_every_n_steps, minimum=1)),  # type: ignore[arg-type]
+        log_every_n_steps=int(check_int("log_every_n_steps", 50 if log_every_n_steps is None else log_every_n_steps, minimum=1)),  # type: ignore[arg-type]
         use_distributed_sampler=check_bool("use_distributed_sampler", use_distributed_sampler),
         sync_batchnorm=check_bool("sync_batchnorm", sync_batchnorm),
-        deterministic=check_deterministic(deterministic),
+        deterministic=check_deterministic(False if deterministic is None else deterministic),
         default_root_dir=check_root_dir(default_root_dir),
+        min_epochs=check_int("min_epochs", min_epochs, minimum=0, allow_none=True),
+        min_steps=check_int("min_steps", min_steps, minimum=0, allow_none=True),
+        max_time=duration,
+        num_sanity_val_steps=sanity,  # type: ignore[arg-type]
+        fast_dev_run=dev_run,
+        overfit_batches=overfit,
+        reload_dataloaders_every_n_epochs=int(
+            check_int("reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs, minimum=0, example=1)  # type: ignore[arg-type]
+        ),
+        inference_mode=check_bool("inference_mode", inference_mode),
+        detect_anomaly=check_bool("detect_anomaly", detect_anomaly),
+        benchmark=None if benchmark is None else check_bool("benchmark", benchmark),
+        barebones=barebones,
+        enable_model_summary=enable_model_summary,
+        enable_autolog_hparams=check_bool("enable_autolog_hparams", enable_autolog_hparams),
     )

@@ -91,6 +91,11 @@ def dump_checkpoint(run: Run, *, weights_only: bool = False) -> dict[str, Any]:
         "global_step": trainer.global_step,
         "state_dict": strategy.module_state_dict(),
     }
+    # what Module.load_from_checkpoint rebuilds the Module from (weights-only checkpoints too)
+    checkpoint.update(module.hparams_for_checkpoint())
+    datamodule = run.datamodule
+    if datamodule is not None:
+        checkpoint.update(datamodule.hparams_for_checkpoint())
     if not weights_only:
         checkpoint["loops"] = {"fit": fit_loop.state_dict()}
         checkpoint["rng_states"] = fit_loop.rng_states()
@@ -109,6 +114,8 @@ def dump_checkpoint(run: Run, *, weights_only: bool = False) -> dict[str, Any]:
             if state:
                 states[callback.state_key] = state
         checkpoint["callbacks"] = states
+        if datamodule is not None:
+            checkpoint[type(datamodule).__qualname__] = datamodule.state_dict()
         run.hooks.call_callbacks("on_save_checkpoint", checkpoint)
     module.on_save_checkpoint(checkpoint)
     return checkpoint
@@ -355,5 +362,8 @@ def restore_training_state(run: Run, checkpoint: dict[str, Any], path: str) -> N
             "than the original run would have.",
             stacklevel=2,
         )
+    datamodule = run.datamodule
+    if datamodule is not None and type(datamodule).__qualname__ in checkpoint:
+        datamodule.load_state_dict(checkpoint[type(datamodule).__qualname__])
     run.fit_loop.load_state_dict(loop_state, checkpoint.get("rng_states"))
     run.metrics.load_state_dict(checkpoint.get("metrics", {}), strategy.root_device)

@@ -7,6 +7,7 @@ the loops (through the Run) and by callbacks (through ``trainer.max_epochs`` & c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 __all__ = ["TrainerConfig"]
 
@@ -32,3 +33,17 @@ class TrainerConfig:
     sync_batchnorm: bool = False
     deterministic: bool | str = False
     default_root_dir: str = "."
+    min_epochs: int | None = None
+    min_steps: int | None = None
+    max_time: timedelta | None = None
+    num_sanity_val_steps: int | float = 2  # inf: all batches
+    #: Batches per loop in a ``fast_dev_run`` (0: off).
+    fast_dev_run: int = 0
+    overfit_batches: int | float = 0.0
+    reload_dataloaders_every_n_epochs: int = 0
+    inference_mode: bool = True
+    detect_anomaly: bool = False
+    benchmark: bool | None = None
+    barebones: bool = False
+    enable_model_summary: bool = True
+    enable_autolog_hparams: bool = True

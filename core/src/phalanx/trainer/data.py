@@ -11,12 +11,19 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Iterable, Iterator, Sized
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 
+from phalanx.datamodule import DataModule
 from phalanx.errors import MisconfigurationError
+from phalanx.module import Module
+from phalanx.utilities.model_helpers import is_overridden
+from phalanx.utilities.seed import add_worker_init_fn
+
+if TYPE_CHECKING:
+    from phalanx.trainer.run import Run
 
 __all__ = [
     "SkipBatchSampler",
@@ -26,6 +33,8 @@ __all__ = [
     "limit_batches",
     "num_batches",
     "prepare_loader",
+    "reload_train_loader",
+    "resolve_loaders",
     "set_sampler_epoch",
 ]
 
@@ -122,18 +131,28 @@ def _rebuildable(loader: Any) -> bool:
     return type(loader) is DataLoader and loader.batch_sampler is not None
 
 
-def prepare_loader(loader: Any, strategy: Any, *, use_distributed_sampler: bool, shuffle: bool | None = None) -> Any:
+def prepare_loader(
+    loader: Any, strategy: Any, *, use_distributed_sampler: bool, shuffle: bool | None = None, sequential: bool = False
+) -> Any:
     """Shard the data when several processes share it, then let the strategy wrap the loader.
 
     The shard comes from the strategy's ``distributed_sampler_kwargs`` (None: every process reads
     everything), so phalanx shards exactly like a hand-written ``DistributedSampler(seed=0)`` loop;
-    ``shuffle=None`` keeps the loader's own choice (a RandomSampler shuffles).
+    ``shuffle=None`` keeps the loader's own choice (a RandomSampler shuffles); ``sequential=True``
+    (``overfit_batches``) reads in order in every case.
     """
+    if sequential:
+        shuffle = False
     shard = strategy.distributed_sampler_kwargs
     if use_distributed_sampler and shard is not None and shard["num_replicas"] > 1:
         from phalanx.strategies._distributed import inject_distributed_sampler
 
         loader = inject_distributed_sampler(loader, shuffle, **shard)
+    elif sequential and isinstance(loader, DataLoader) and isinstance(loader.sampler, RandomSampler):
+        from phalanx.strategies._distributed import replace_sampler
+
+        loader = replace_sampler(loader, SequentialSampler(loader.dataset))  # type: ignore[arg-type]
+    add_worker_init_fn(loader, rank=strategy.global_rank)  # seed_everything(workers=True): distinct worker seeds
     return strategy.process_dataloader(loader)
 
 
@@ -231,3 +250,24 @@ def iterate_skipping(loader: Any, skip: int) -> Iterator[Any]:
 
 
 _EXHAUSTED = object()
+
+
+def resolve_loaders(run: Run, given: Any, hook: str, argument: str, *, multiple: bool) -> list[Any]:
+    """The dataloaders given to the entry point, else the DataModule's, else the Module's."""
+    if given is None:
+        datamodule = run.datamodule
+        if datamodule is not None and is_overridden(hook, datamodule, DataModule):
+            given = getattr(datamodule, hook)()
+        elif is_overridden(hook, type(run.module), Module):
+            given = run.hooks.call_module(hook)
+        if given is None:
+            return []
+    return as_loader_list(given, argument=argument, multiple=multiple)
+
+
+def reload_train_loader(run: Run) -> Any:
+    """The training dataloader again (``reload_dataloaders_every_n_epochs``), or None when it was given."""
+    if run.train_loader_given:
+        return None
+    loaders = resolve_loaders(run, None, "train_dataloader", "train_dataloaders", multiple=False)
+    return loaders[0] if loaders else None

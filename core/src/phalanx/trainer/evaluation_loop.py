@@ -12,12 +12,34 @@ import torch
 
 from phalanx.trainer.data import limit_batches, num_batches, prepare_loader
 from phalanx.trainer.metrics import MetricStore
+from phalanx.trainer.step import takes_batch_idx
 from phalanx.trainer_view import RunningStage
 
 if TYPE_CHECKING:
     from phalanx.trainer.run import Run
 
-__all__ = ["EvaluationLoop"]
+__all__ = ["EvaluationLoop", "no_grad_context", "profiled"]
+
+
+def profiled(run: Run, method: Any, action: str) -> Any:
+    """``method``, recorded under ``action`` by the Trainer's profiler (itself without one)."""
+    profiler = run.profiler
+    if profiler is None:
+        return method
+
+    def timed(*args: Any) -> Any:
+        with profiler.profile(action):
+            return method(*args)
+
+    return timed
+
+
+def no_grad_context(run: Run) -> Any:
+    """``torch.inference_mode()`` for evaluation (``Trainer(inference_mode=True)``, Lightning's default)
+    where the strategy allows it, else ``torch.no_grad()``."""
+    if run.config.inference_mode and run.strategy.supports_inference_mode:
+        return torch.inference_mode()
+    return torch.no_grad()
 
 _NAMES = {
     "validate": ("validation", RunningStage.VALIDATING, "limit_val_batches"),
@@ -50,25 +72,34 @@ class EvaluationLoop:
         ]
         self.num_batches = [limit_batches(limit, num_batches(dl), name=self._limit_name) for dl in self.dataloaders]
 
-    def run(self, run: Run) -> list[dict[str, float]]:
-        """Evaluate once; returns one dict of epoch metrics per dataloader."""
+    def run(self, run: Run, *, max_batches: float | None = None, stage: RunningStage | None = None) -> list[dict[str, float]]:
+        """Evaluate once; returns one dict of epoch metrics per dataloader.
+
+        Args:
+            run: The stage's Run.
+            max_batches: At most this many batches per dataloader (the sanity check's cap).
+            stage: The stage to report (``SANITY_CHECKING`` for the sanity check).
+        """
         strategy, hooks, connector = run.strategy, run.hooks, run.metrics
         prefix = f"on_{self._prefix}"
-        step = getattr(strategy, f"{self._prefix}_step")
+        step = profiled(run, getattr(strategy, f"{self._prefix}_step"), f"[Strategy]{type(strategy).__name__}.{self._prefix}_step")
         step_name = f"{self._prefix}_step"
+        with_batch_idx = takes_batch_idx(getattr(run.module, step_name))
         previous_stage = run.stage
-        run.stage = self._running_stage
+        run.stage = stage or self._running_stage
         connector.stage = self.stage
         connector.reset(self.stage)
         was_training = run.trainer.model.training
         hooks.call_module(f"{prefix}_model_eval")
         multiple = len(self.dataloaders) > 1
         try:
-            with torch.no_grad():
+            with no_grad_context(run):
                 hooks.call(f"{prefix}_start")
                 getattr(strategy, f"{prefix}_start")()
                 hooks.call(f"{prefix}_epoch_start")
                 for dataloader_idx, (loader, limit) in enumerate(zip(self.dataloaders, self.num_batches)):
+                    if max_batches is not None:
+                        limit = min(limit, max_batches)
                     if limit == 0:
                         continue
                     extra = (dataloader_idx,) if multiple else ()
@@ -79,7 +110,7 @@ class EvaluationLoop:
                         connector.begin_batch(batch, dataloader_idx if multiple else None)
                         hooks.call(f"{prefix}_batch_start", batch, batch_idx, *extra)
                         hooks.current = step_name
-                        output = step(batch, batch_idx, *extra)
+                        output = step(batch, batch_idx, *extra) if with_batch_idx else step(batch, *extra)
                         connector.flush_step()
                         hooks.call(f"{prefix}_batch_end", output, batch, batch_idx, *extra)
                 connector.begin_batch(None)

@@ -22,10 +22,11 @@ from phalanx.trainer.data import (
     limit_batches,
     num_batches,
     prepare_loader,
+    reload_train_loader,
     set_sampler_epoch,
 )
 from phalanx.trainer.preemption import Preemption
-from phalanx.trainer.step import direct_step, run_automatic, run_direct
+from phalanx.trainer.step import direct_step, run_automatic, run_direct, takes_batch_idx
 from phalanx.trainer_view import RunningStage
 from phalanx.utilities.model_helpers import is_overridden
 
@@ -66,6 +67,8 @@ class FitLoop:
         self.batches_done = 0
         self.total_batches_done = 0
         self.phase = "train"
+        #: Whether the batch being trained is the last of its epoch.
+        self.is_last_batch = False
         self.dataloader: Any = None
         self.num_batches: float = math.inf
         self.val_check_batch: float = math.inf
@@ -136,7 +139,9 @@ class FitLoop:
         """
         config = run.config
         self._accumulate = config.accumulate_grad_batches
-        self.dataloader = prepare_loader(loader, run.strategy, use_distributed_sampler=config.use_distributed_sampler)
+        self.dataloader = prepare_loader(  # overfitting repeats the same first batches: in order
+            loader, run.strategy, use_distributed_sampler=config.use_distributed_sampler, sequential=bool(config.overfit_batches)
+        )
         self._generators = generators_of(self.dataloader)
         total = num_batches(self.dataloader)
         self.num_batches = limit_batches(config.limit_train_batches, total, name="limit_train_batches")
@@ -177,11 +182,18 @@ class FitLoop:
             return True
         if config.max_epochs != -1 and self.epoch >= config.max_epochs:
             return True
-        return run.should_stop
+        return run.should_stop and self.can_stop_early(config)
+
+    def can_stop_early(self, config: TrainerConfig) -> bool:
+        """Whether ``min_epochs`` / ``min_steps`` are reached, so ``trainer.should_stop`` may end fit."""
+        enough_epochs = config.min_epochs is None or self.epoch >= config.min_epochs
+        enough_steps = config.min_steps is None or self.global_step >= config.min_steps
+        return enough_epochs and enough_steps
 
     def run(self, run: Run) -> None:
-        """Train until done."""
+        """Train until done (after the sanity validation)."""
         config = run.config
+        self.run_sanity_check(run)
         if self.num_batches == 0:
             warnings.warn("Trainer(limit_train_batches=0): no training batches, training is skipped.", stacklevel=2)
             return
@@ -195,12 +207,54 @@ class FitLoop:
         run.hooks.call("on_train_start")
         run.strategy.on_train_start()
         run.training_step_runs_backward = bool(run.strategy.training_step_runs_backward)
+        run.step_takes_batch_idx = takes_batch_idx(run.module.training_step)
         self._direct = direct_step(run)
         self._strategy_batch_hook = is_overridden("on_train_batch_start", run.strategy, Strategy)  # a no-op is not called
+        profiler = run.profiler
         while not self.done(run):
-            self.run_epoch(run)
+            if profiler is None:
+                self.run_epoch(run)
+            else:
+                with profiler.profile("run_training_epoch"):
+                    self.run_epoch(run)
         run.hooks.call("on_train_end")
         run.strategy.on_train_end()
+
+    def run_sanity_check(self, run: Run) -> None:
+        """Validate ``num_sanity_val_steps`` batches per dataloader before training, to fail fast.
+
+        Lightning's sanity check: callbacks see ``trainer.sanity_checking``; nothing is logged,
+        the metrics and the random streams are as before, so training computes what it would without it.
+        """
+        limit = run.config.num_sanity_val_steps
+        if not limit or not run.has_validation:
+            return
+        hooks, metrics = run.hooks, run.metrics
+        saved = (dict(metrics.callback_metrics), dict(metrics.progress_bar), capture_rng(self._generators))
+        run.stage = RunningStage.SANITY_CHECKING
+        try:
+            hooks.call_callbacks("on_sanity_check_start")
+            run.val_loop.run(run, max_batches=limit, stage=RunningStage.SANITY_CHECKING)
+            hooks.call_callbacks("on_sanity_check_end")
+        finally:
+            run.stage = RunningStage.TRAINING
+            metrics.callback_metrics.clear()
+            metrics.callback_metrics.update(saved[0])
+            metrics.progress_bar.clear()
+            metrics.progress_bar.update(saved[1])
+            restore_rng(saved[2], self._generators)
+            run.val_loop.has_run = False
+
+    def _reload_dataloader(self, run: Run) -> None:
+        """``reload_dataloaders_every_n_epochs``: ask the hook for the training data again."""
+        loader = reload_train_loader(run)
+        if loader is not None:
+            config = run.config
+            self.dataloader = prepare_loader(
+                loader, run.strategy, use_distributed_sampler=config.use_distributed_sampler, sequential=bool(config.overfit_batches)
+            )
+            self._generators = generators_of(self.dataloader)
+            self.num_batches = limit_batches(config.limit_train_batches, num_batches(self.dataloader), name="limit_train_batches")
 
     def run_epoch(self, run: Run) -> None:
         """One epoch, or the rest of a resumed one."""
@@ -215,6 +269,11 @@ class FitLoop:
         set_sampler_epoch(loader, self.epoch)
         start = resume["batches_done"] if resume is not None else 0
         if resume is None:
+            every = config.reload_dataloaders_every_n_epochs
+            if every and self.epoch > 0 and self.epoch % every == 0:
+                self._reload_dataloader(run)
+                loader = self.dataloader
+                set_sampler_epoch(loader, self.epoch)
             self.batches_done = 0
             self.phase = "train"
             run.metrics.reset("train")
@@ -243,7 +302,13 @@ class FitLoop:
                     batch, is_last = next(lookahead)
             except StopIteration:
                 break
-            if self._run_batch(run, batch, batch_idx, is_last):
+            self.is_last_batch = is_last
+            if run.profiler is None:
+                ended = self._run_batch(run, batch, batch_idx, is_last)
+            else:
+                with run.profiler.profile("run_training_batch"):
+                    ended = self._run_batch(run, batch, batch_idx, is_last)
+            if ended:
                 break
             if run.has_validation:
                 self._check_validation(run, batch_idx, is_last)
@@ -252,7 +317,7 @@ class FitLoop:
             batch_idx += 1
             if self.preemption.should_stop(run, self.global_step):
                 return  # preempted: checkpoint written; the epoch stays open so a resume continues it
-            if run.should_stop:
+            if run.should_stop and self.can_stop_early(config):
                 break
         self._finish_epoch(run, run_hooks=True)
 
@@ -287,7 +352,7 @@ class FitLoop:
                     self._step_schedulers(run, "step")
         else:
             hooks.current = "training_step"
-            outputs = strategy.training_step(batch, batch_idx)
+            outputs = strategy.training_step(batch, batch_idx) if run.step_takes_batch_idx else strategy.training_step(batch)
         self.batches_done = batch_idx + 1
         self.total_batches_done += 1
         self.phase = "train"
@@ -367,6 +432,6 @@ class FitLoop:
                         raise MisconfigurationError(msg)
                     warnings.warn(msg, stacklevel=2)
                     continue
-                config.scheduler.step(float(value))
+                run.module.lr_scheduler_step(config.scheduler, float(value))
             else:
-                config.scheduler.step()
+                run.module.lr_scheduler_step(config.scheduler, None)

@@ -40,17 +40,24 @@ class HookRunner:
             after: ModelCheckpoint, early stopping).
     """
 
-    def __init__(self, trainer: Any, callbacks: list[Callback], module: Module) -> None:
+    def __init__(self, trainer: Any, callbacks: list[Callback], module: Module, *, profiler: Any = None) -> None:
         self.trainer = trainer
         self.module = module
         self.current: str | None = None
+        self._profiler = profiler
         self._callback_hooks: dict[str, list[Any]] = {
-            name: [getattr(cb, name) for cb in callbacks if is_overridden(name, cb, Callback)]
+            name: [
+                self._timed(getattr(cb, name), f"[Callback]{type(cb).__qualname__}.{name}")
+                for cb in callbacks
+                if is_overridden(name, cb, Callback)
+            ]
             for name in CALLBACK_HOOKS
         }
         # Module hooks left at phalanx's no-op default are skipped (the same outcome, less per-step work)
         self._module_hooks: dict[str, Any] = {
-            name: getattr(module, name) for name in PER_BATCH_HOOKS if is_overridden(name, module, Module)
+            name: self._timed(getattr(module, name), f"[Module]{type(module).__qualname__}.{name}")
+            for name in PER_BATCH_HOOKS
+            if is_overridden(name, module, Module)
         }
         self.live: frozenset[str] = frozenset(
             name for name in PER_BATCH_HOOKS if self._callback_hooks.get(name) or name in self._module_hooks
@@ -59,6 +66,18 @@ class HookRunner:
         ends = [cb for cb in callbacks if is_overridden("on_train_epoch_end", cb, Callback)]
         self.epoch_end_first = [cb.on_train_epoch_end for cb in ends if not cb.monitors_metrics]
         self.epoch_end_monitoring = [cb.on_train_epoch_end for cb in ends if cb.monitors_metrics]
+
+    def _timed(self, method: Any, action: str) -> Any:
+        """``method``, recorded under ``action`` by the Trainer's profiler (itself without one)."""
+        profiler = self._profiler
+        if profiler is None:
+            return method
+
+        def timed(*args: Any) -> Any:
+            with profiler.profile(action):
+                return method(*args)
+
+        return timed
 
     def call(self, name: str, *args: Any) -> Any:
         """Call ``name`` on the callbacks (those overriding it), then on the Module; returns the Module's result."""
@@ -69,7 +88,7 @@ class HookRunner:
             hook(trainer, module, *args)
         method = self._module_hooks.get(name)
         if method is None and name not in PER_BATCH_HOOKS:
-            method = getattr(module, name)
+            method = self._timed(getattr(module, name), f"[Module]{type(module).__qualname__}.{name}")
         result = method(*args) if method is not None else None
         self.current = previous
         return result
@@ -84,6 +103,6 @@ class HookRunner:
         previous = self.current
         self.current = name
         try:
-            return getattr(self.module, name)(*args)
+            return self._timed(getattr(self.module, name), f"[Module]{type(self.module).__qualname__}.{name}")(*args)
         finally:
             self.current = previous

@@ -254,7 +254,7 @@ class MetricStore:
 
     def _write(self, metrics: dict[str, torch.Tensor], step: int) -> None:
         trainer = self.trainer
-        if not trainer.loggers or not trainer.is_global_zero:
+        if not trainer.loggers or not trainer.is_global_zero or trainer.sanity_checking:
             return
         numbers_only = {key: float(value) for key, value in metrics.items()}
         numbers_only["epoch"] = float(trainer.current_epoch)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from phalanx.trainer.data import limit_batches, num_batches, prepare_loader
+from phalanx.trainer.evaluation_loop import no_grad_context, profiled
+from phalanx.trainer.step import takes_batch_idx
 from phalanx.trainer_view import RunningStage
 
 if TYPE_CHECKING:
@@ -46,7 +46,9 @@ class PredictLoop:
         hooks.call_module("on_predict_model_eval")
         multiple = len(self.dataloaders) > 1
         results: list[list[Any]] = [[] for _ in self.dataloaders]
-        with torch.no_grad():
+        with_batch_idx = takes_batch_idx(run.module.predict_step)
+        step = profiled(run, strategy.predict_step, f"[Strategy]{type(strategy).__name__}.predict_step")
+        with no_grad_context(run):
             hooks.call("on_predict_start")
             strategy.on_predict_start()
             hooks.call("on_predict_epoch_start")
@@ -58,7 +60,7 @@ class PredictLoop:
                     batch = strategy.batch_to_device(batch, dataloader_idx=dataloader_idx)
                     hooks.call("on_predict_batch_start", batch, batch_idx, *extra)
                     hooks.current = "predict_step"
-                    output = strategy.predict_step(batch, batch_idx, *extra)
+                    output = step(batch, batch_idx, *extra) if with_batch_idx else step(batch, *extra)
                     hooks.call("on_predict_batch_end", output, batch, batch_idx, *extra)
                     if return_predictions:
                         results[dataloader_idx].append(output)

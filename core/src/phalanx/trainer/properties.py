@@ -38,6 +38,12 @@ def _config_property(name: str, doc: str) -> property:
 
 
 
+def _one_or_list(loaders: list[Any]) -> Any:
+    if not loaders:
+        return None
+    return loaders[0] if len(loaders) == 1 else list(loaders)
+
+
 class TrainerProperties:
     """The TrainerView half of :class:`~phalanx.trainer.trainer.Trainer` (set up by its ``__init__``)."""
 
@@ -54,6 +60,9 @@ class TrainerProperties:
     _state: TrainerState
     _metrics: MetricStore
     _module: Any
+    _datamodule: Any
+    _ckpt_path: str | None
+    _profiler: Any
     #: The :class:`~phalanx.trainer.run.Run` of the stage in progress in this process (or the last
     #: one), None before any: the loops' state, set by the Trainer only. Callbacks use the properties.
     #: A plain attribute, not a property: the precision reads it once per optimizer step.
@@ -78,11 +87,47 @@ class TrainerProperties:
     sync_batchnorm = _config_property("sync_batchnorm", "Convert BatchNorm layers to SyncBatchNorm.")
     deterministic = _config_property("deterministic", "Deterministic algorithms (True, False or 'warn').")
     default_root_dir = _config_property("default_root_dir", "Where logs and checkpoints go without a logger.")
+    min_epochs = _config_property("min_epochs", "Epochs before ``should_stop`` may end fit (None: no minimum).")
+    min_steps = _config_property("min_steps", "Optimizer steps before ``should_stop`` may end fit (None: no minimum).")
+    max_time = _config_property("max_time", "The time budget of fit (a timedelta), or None.")
+    num_sanity_val_steps = _config_property("num_sanity_val_steps", "Validation batches checked before training (inf: all).")
+    fast_dev_run = _config_property("fast_dev_run", "Batches per loop of a fast_dev_run (0: off).")
+    overfit_batches = _config_property("overfit_batches", "Batches trained and validated on repeatedly (0: off).")
+    reload_dataloaders_every_n_epochs = _config_property(
+        "reload_dataloaders_every_n_epochs", "Ask for the training data again every N epochs (0: never)."
+    )
+    inference_mode = _config_property("inference_mode", "Evaluate under torch.inference_mode (else no_grad).")
+    barebones = _config_property("barebones", "Whether everything that costs time (logging, checkpoints, bars) is off.")
 
     @property
     def num_devices(self) -> int:
         """Devices per machine."""
         return self._num_devices
+
+    @property
+    def device_ids(self) -> list[int]:
+        """Indices of the devices this machine's processes use (``[0, 1]`` for ``devices=2``)."""
+        return list(range(self._num_devices))
+
+    @property
+    def profiler(self) -> Any:
+        """The :class:`~phalanx.profilers.Profiler` of ``Trainer(profiler=...)``, or None."""
+        return self._profiler
+
+    @property
+    def ckpt_path(self) -> str | None:
+        """The checkpoint the last entry point restored (``ckpt_path="best"``/``"last"`` resolved), or None."""
+        return self._ckpt_path
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, int] | None:
+        """How data is sharded (``num_replicas``, ``rank``), from the strategy; None on one process."""
+        return self._strategy.distributed_sampler_kwargs  # type: ignore[no-any-return]
+
+    @property
+    def scaler(self) -> Any:
+        """The ``torch.amp.GradScaler`` of ``"16-mixed"``, or None."""
+        return self._strategy.precision_plugin.scaler
 
     @property
     def callbacks(self) -> list[Callback]:
@@ -200,8 +245,28 @@ class TrainerProperties:
 
     @property
     def sanity_checking(self) -> bool:
-        """Always False: phalanx runs no sanity validation (kept for Lightning callbacks)."""
-        return False
+        """Whether the sanity validation (``num_sanity_val_steps`` batches before training) runs."""
+        return self.state.stage == RunningStage.SANITY_CHECKING
+
+    @property
+    def evaluating(self) -> bool:
+        """Whether a validation or test loop runs (not the sanity check)."""
+        return self.state.stage in (RunningStage.VALIDATING, RunningStage.TESTING)
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the last stage ended with an exception (or a keyboard interrupt)."""
+        return self.state.status == "interrupted"
+
+    @property
+    def received_sigterm(self) -> bool:
+        """Whether fit caught a preemption signal (SIGTERM, SIGUSR1) and stopped at a checkpoint."""
+        return self.fit_loop.preemption.requested is not None
+
+    @property
+    def is_last_batch(self) -> bool:
+        """Whether the training batch being run is the last of its epoch."""
+        return self.fit_loop.is_last_batch
 
     @property
     def estimated_stepping_batches(self) -> float:
@@ -225,8 +290,38 @@ class TrainerProperties:
 
     @property
     def datamodule(self) -> Any:
-        """The DataModule of this stage, or None (phalanx has no DataModule yet)."""
-        return None
+        """The DataModule of the stage in progress (or the last one), or None when the data came otherwise."""
+        return self._datamodule
+
+    @property
+    def enable_validation(self) -> bool:
+        """Whether fit can validate: validation batches and a ``validation_step``."""
+        return self.validation_enabled
+
+    @property
+    def train_dataloader(self) -> Any:
+        """The training dataloader of the current fit (as prepared: sharded, limited), or None."""
+        return self.fit_loop.dataloader
+
+    @property
+    def val_dataloaders(self) -> Any:
+        """The validation dataloader (a list with several), or None."""
+        return _one_or_list(self.val_loop.dataloaders)
+
+    @property
+    def test_dataloaders(self) -> Any:
+        """The test dataloader (a list with several), or None."""
+        return _one_or_list(self.test_loop.dataloaders)
+
+    @property
+    def predict_dataloaders(self) -> Any:
+        """The predict dataloader (a list with several), or None."""
+        return _one_or_list(self.predict_loop.dataloaders)
+
+    @property
+    def num_sanity_val_batches(self) -> list[float]:
+        """Batches per validation dataloader the sanity check runs."""
+        return [min(self.config.num_sanity_val_steps, n) for n in self.val_loop.num_batches]
 
     @property
     def num_training_batches(self) -> float:

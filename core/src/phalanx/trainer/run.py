@@ -44,6 +44,8 @@ class Run:
             loop's position is ``trainer.global_step`` after fit). Typed ``Any`` here because the
             loops and the step pipeline receive a Run: the Run imports none of them (no cycle).
         state: The Trainer's state record (entry point, loop, status).
+        datamodule: The stage's DataModule, or None.
+        profiler: The Trainer's :class:`~phalanx.profilers.Profiler`, or None.
 
     Attributes:
         optimizers: The optimizers as the strategy set them up.
@@ -64,6 +66,8 @@ class Run:
         metrics: MetricStore,
         loops: tuple[Any, Any, Any, Any],
         state: TrainerState,
+        datamodule: Any = None,
+        profiler: Any = None,
     ) -> None:
         self.trainer = trainer
         self.config = config
@@ -74,10 +78,17 @@ class Run:
         self.metrics = metrics
         self.fit_loop, self.val_loop, self.test_loop, self.predict_loop = loops
         self.state = state
+        self.datamodule = datamodule
+        #: The Trainer's profiler, or None (then nothing is timed and the loops skip the calls).
+        self.profiler = profiler
         self.optimizers: list[torch.optim.Optimizer] = []
         self.step_optimizers: list[Any] = []  # StepOptimizer (trainer/step.py imports this module)
         self.should_stop = False
         self.has_validation = False
+        #: Whether fit got its training dataloader as an argument (else it came from a hook and can be reloaded).
+        self.train_loader_given = False
+        #: Whether ``training_step`` takes ``batch_idx`` (read from its signature when training starts).
+        self.step_takes_batch_idx = True
         #: ``strategy.training_step_runs_backward``, read once when training starts (the step reads it per batch).
         self.training_step_runs_backward = False
 

@@ -18,15 +18,19 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from phalanx.errors import MisconfigurationError
+from phalanx.hparams import hparams_to_log
 from phalanx.module import Module
 from phalanx.trainer import checkpointing
 from phalanx.trainer.arguments import no_training_data
-from phalanx.trainer.data import as_loader_list
+from phalanx.trainer.data import resolve_loaders
 from phalanx.trainer.step import StepOptimizer
 from phalanx.trainer_view import TrainerFn
 from phalanx.utilities.model_helpers import is_overridden
+from phalanx.utilities.rank_zero import rank_zero_only
+from phalanx.utilities.seed import reset_seed
 
 if TYPE_CHECKING:
+    from phalanx.trainer.config import TrainerConfig
     from phalanx.trainer.run import Run
 
 __all__ = ["run_stage"]
@@ -36,6 +40,19 @@ _DATA_HOOK = {
     TrainerFn.TESTING: "test_dataloader",
     TrainerFn.PREDICTING: "predict_dataloader",
 }
+
+
+@contextlib.contextmanager
+def _torch_flags(config: TrainerConfig) -> Iterator[None]:
+    """``Trainer(deterministic=, benchmark=, detect_anomaly=)`` for the run, restored after."""
+    previous_benchmark = torch.backends.cudnn.benchmark
+    if config.benchmark is not None:
+        torch.backends.cudnn.benchmark = config.benchmark
+    try:
+        with _deterministic(config.deterministic), torch.autograd.set_detect_anomaly(config.detect_anomaly):
+            yield
+    finally:
+        torch.backends.cudnn.benchmark = previous_benchmark
 
 
 @contextlib.contextmanager
@@ -59,26 +76,17 @@ def _deterministic(mode: bool | str) -> Iterator[None]:
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
 
 
-def _resolve_loaders(run: Run, given: Any, hook: str, argument: str, *, multiple: bool) -> list[Any]:
-    if given is None:
-        if not is_overridden(hook, type(run.module), Module):
-            return []
-        given = run.hooks.call_module(hook)
-        if given is None:
-            return []
-    return as_loader_list(given, argument=argument, multiple=multiple)
-
-
 def _setup_data(run: Run, loaders: dict[str, Any]) -> None:
     fn, module, config = run.fn, run.module, run.config
     if fn is TrainerFn.FITTING:
-        train = _resolve_loaders(run, loaders.get("train"), "train_dataloader", "train_dataloaders", multiple=False)
+        run.train_loader_given = loaders.get("train") is not None
+        train = resolve_loaders(run, loaders.get("train"), "train_dataloader", "train_dataloaders", multiple=False)
         if not train:
             raise no_training_data(module)
         run.fit_loop.setup(run, train[0])
         val: list[Any] = []
         if config.limit_val_batches != 0:
-            val = _resolve_loaders(run, loaders.get("val"), "val_dataloader", "val_dataloaders", multiple=True)
+            val = resolve_loaders(run, loaders.get("val"), "val_dataloader", "val_dataloaders", multiple=True)
         if val and not is_overridden("validation_step", type(module), Module):
             warnings.warn(
                 f"Validation dataloaders were given but {type(module).__qualname__} has no validation_step; "
@@ -90,7 +98,7 @@ def _setup_data(run: Run, loaders: dict[str, Any]) -> None:
         run.has_validation = sum(run.val_loop.num_batches) > 0
         return
     hook = _DATA_HOOK[fn]
-    resolved = _resolve_loaders(run, loaders.get("eval"), hook, "dataloaders", multiple=True)
+    resolved = resolve_loaders(run, loaders.get("eval"), hook, "dataloaders", multiple=True)
     if not resolved:
         raise MisconfigurationError(
             f"{fn.value}() got no data: pass dataloaders=DataLoader(...) or define {type(module).__qualname__}.{hook}()."
@@ -118,28 +126,76 @@ def _check_optimizers(run: Run) -> None:
 
 
 def _teardown(run: Run, stage: str, status: str) -> None:
+    if run.datamodule is not None:
+        run.datamodule.teardown(stage)
     run.hooks.call("teardown", stage)
     trainer = run.trainer
     for logger in trainer.loggers if trainer.is_global_zero else []:
         logger.finalize(status)
-    run.strategy.teardown()
+    profiler = run.profiler
+    try:
+        if profiler is not None:
+            profiler.describe()
+    finally:
+        if profiler is not None:
+            profiler.teardown(stage)
+        run.strategy.teardown()
+
+
+def _prepare_data(run: Run) -> None:
+    """``prepare_data`` of the DataModule and the Module, once per machine (or once per job), then a barrier."""
+    trainer, datamodule = run.trainer, run.datamodule
+    if datamodule is not None:
+        first = trainer.local_rank == 0 if datamodule.prepare_data_per_node else trainer.is_global_zero
+        if first:
+            datamodule.prepare_data()
+    module = run.module
+    first = trainer.local_rank == 0 if getattr(module, "prepare_data_per_node", True) else trainer.is_global_zero
+    if first:
+        run.hooks.call_module("prepare_data")
+    run.strategy.barrier("prepare_data")
+
+
+def _log_hyperparameters(run: Run) -> None:
+    """Send the Module's (and DataModule's) saved hyperparameters to the loggers (global rank 0).
+
+    Raises:
+        MisconfigurationError: The Module and the DataModule saved the same name with different values.
+    """
+    trainer = run.trainer
+    if not trainer.loggers or not run.config.enable_autolog_hparams:
+        return
+    params = hparams_to_log(run.module, run.datamodule)
+    if params and trainer.is_global_zero:
+        for logger in trainer.loggers:
+            logger.log_hyperparams(params)
+            logger.save()
 
 
 def run_stage(run: Run, loaders: dict[str, Any], ckpt_path: str | None, options: dict[str, Any]) -> Any:
     """Run one entry point in this process (what the launcher calls on every rank)."""
     trainer, strategy, module, hooks, fn = run.trainer, run.strategy, run.module, run.hooks, run.fn
     module.trainer = trainer
+    datamodule = run.datamodule
+    if datamodule is not None:
+        datamodule.trainer = trainer
     strategy.connect(module)
     stage = fn.value
     try:
-        with _deterministic(run.config.deterministic):
+        with _torch_flags(run.config):
             strategy.setup_environment()
+            rank_zero_only.rank = trainer.global_rank  # rank_zero_* helpers now know this process's rank
+            if trainer.world_size > 1:
+                reset_seed()  # each rank starts from the seed_everything() seed, as Lightning's ranks do
             ckpt_path = strategy.broadcast(ckpt_path)
             for logger in trainer.loggers if trainer.is_global_zero else []:
                 logger.save()  # creates the run directory so the next run picks the next version
-            if trainer.local_rank == 0:
-                hooks.call_module("prepare_data")
-            strategy.barrier("prepare_data")
+            if run.profiler is not None:
+                local_rank = trainer.local_rank if trainer.world_size > 1 else None  # one process: no rank suffix
+                run.profiler.setup(stage=stage, local_rank=local_rank, log_dir=trainer.log_dir)
+            _prepare_data(run)
+            if datamodule is not None:
+                datamodule.setup(stage)
             hooks.call("setup", stage)
             if is_overridden("configure_model", type(module), Module):
                 with strategy.tensor_init_context(), strategy.model_sharded_context():
@@ -157,6 +213,8 @@ def run_stage(run: Run, loaders: dict[str, Any], ckpt_path: str | None, options:
     except BaseException as exception:
         run.state.status = "interrupted"
         hooks.call_callbacks("on_exception", exception)
+        if datamodule is not None:
+            datamodule.on_exception(exception)
         strategy.on_exception(exception)
         with contextlib.suppress(Exception):
             _teardown(run, stage, "failed")
@@ -172,6 +230,7 @@ def run_stage(run: Run, loaders: dict[str, Any], ckpt_path: str | None, options:
 def _run_loop(run: Run, options: dict[str, Any]) -> Any:
     fn = run.fn
     if fn is TrainerFn.FITTING:
+        _log_hyperparameters(run)
         run.hooks.call("on_fit_start")
         with run.fit_loop.preemption.armed(run):
             run.fit_loop.run(run)

@@ -29,6 +29,7 @@ the hooks around backward still run.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -45,7 +46,7 @@ from phalanx.utilities.wrappers import call_through_wrapper
 if TYPE_CHECKING:
     from phalanx.trainer.run import Run
 
-__all__ = ["StepOptimizer", "TrainingStep", "direct_step", "run_automatic", "run_direct"]
+__all__ = ["StepOptimizer", "TrainingStep", "direct_step", "run_automatic", "run_direct", "takes_batch_idx"]
 
 
 class StepOptimizer:
@@ -134,7 +135,12 @@ class TrainingStep:
                 hooks.call("on_before_zero_grad", self.optimizer)
             run.module.optimizer_zero_grad(run.fit_loop.epoch, self.batch_idx, self.optimizer)
         hooks.current = "training_step"
-        output = strategy.training_step(self.batch, self.batch_idx)
+        args = (self.batch, self.batch_idx) if run.step_takes_batch_idx else (self.batch,)
+        if run.profiler is None:
+            output = strategy.training_step(*args)
+        else:
+            with run.profiler.profile(f"[Strategy]{type(strategy).__name__}.training_step"):
+                output = strategy.training_step(*args)
         detached = None
         if type(output) is torch.Tensor:  # the common case, without the general checks' calls
             loss: torch.Tensor | None = output
@@ -197,11 +203,25 @@ def run_automatic(run: Run, batch: Any, batch_idx: int, *, step_now: bool) -> An
 
 
 #: The Module's methods that, overridden, customise the step.
-_MODULE_STEP_METHODS = ("optimizer_step", "optimizer_zero_grad")
+_MODULE_STEP_METHODS = ("optimizer_step", "optimizer_zero_grad", "backward")
 #: Step methods that, assigned on a strategy or precision *instance*, customise it as a subclass would.
 _STRATEGY_STEP_METHODS = ("optimizer_step", "backward", "pre_backward", "post_backward", "training_step")
 _PRECISION_STEP_METHODS = ("optimizer_step", "backward", "pre_backward", "post_backward", "train_step_context")
 _NOT_RUN: Any = object()  # run_direct's outputs until the closure has run
+
+
+def takes_batch_idx(method: Callable[..., Any]) -> bool:
+    """Whether a step method accepts ``batch_idx`` (Lightning calls ``training_step(self, batch)`` without it).
+
+    It does when it names a ``batch_idx`` parameter, takes ``*args``, or takes two positional
+    parameters or more.
+    """
+    try:
+        spec = inspect.getfullargspec(method)
+    except TypeError:  # a builtin or C callable: pass everything
+        return True
+    names = spec.args[1:] if inspect.ismethod(method) or spec.args[:1] == ["self"] else spec.args
+    return "batch_idx" in names or spec.varargs is not None or len(names) >= 2
 
 
 def direct_step(run: Run) -> Callable[..., Any] | None:
@@ -209,7 +229,7 @@ def direct_step(run: Run) -> Callable[..., Any] | None:
 
     Not None when every layer of the step would only pass it through: automatic optimization
     without accumulation or gradient clipping, no step hook with anything to call, a strategy and a
-    precision that declare ``passes_step_through`` (so 32-true), and the Module's
+    precision that declare ``passes_step_through`` (so 32-true), no profiler, and the Module's
     ``optimizer_step`` / ``optimizer_zero_grad`` not overridden. Then the step is the Module's
     ``training_step``, called through the strategy's ``forward_wrapper`` when it has one (DDP's
     wrapper, an FSDP2 module) exactly as the layered step calls it. Decided once, when training
@@ -225,6 +245,7 @@ def direct_step(run: Run) -> Callable[..., Any] | None:
         and run.hooks.live.isdisjoint(STEP_HOOKS)
         and strategy.passes_step_through
         and not run.training_step_runs_backward
+        and run.profiler is None
         and precision.passes_step_through
         and not any(is_overridden(name, module, Module) for name in _MODULE_STEP_METHODS)
         and not any(is_overridden(name, strategy, type(strategy)) for name in _STRATEGY_STEP_METHODS)
@@ -250,7 +271,7 @@ def run_direct(run: Run, step: Callable[..., Any], batch: Any, batch_idx: int) -
 
     def closure() -> torch.Tensor | None:
         nonlocal outputs
-        output = step(batch, batch_idx)
+        output = step(batch, batch_idx) if run.step_takes_batch_idx else step(batch)
         if type(output) is torch.Tensor:
             detached = output.detach()
             outputs = {"loss": detached}

@@ -10,7 +10,9 @@ properties callbacks see are in :mod:`phalanx.trainer.properties`.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from phalanx.callbacks.callback import Callback
@@ -55,41 +57,77 @@ class Trainer(TrainerProperties):
         strategy: Any = "auto",
         devices: Any = "auto",
         num_nodes: int = 1,
-        precision: Any = "32-true",
-        plugins: Any = None,
+        precision: Any = None,
+        logger: Any = None,
         callbacks: Callback | list[Callback] | None = None,
-        logger: Any = True,
+        fast_dev_run: int | bool = False,
         max_epochs: int | None = None,
+        min_epochs: int | None = None,
         max_steps: int = -1,
+        min_steps: int | None = None,
+        max_time: Any = None,
         limit_train_batches: int | float | None = None,
         limit_val_batches: int | float | None = None,
         limit_test_batches: int | float | None = None,
         limit_predict_batches: int | float | None = None,
+        overfit_batches: int | float = 0.0,
         val_check_interval: int | float | None = None,
         check_val_every_n_epoch: int | None = 1,
+        num_sanity_val_steps: int | None = None,
+        log_every_n_steps: int | None = None,
+        enable_checkpointing: bool | None = None,
+        enable_progress_bar: bool | None = None,
+        enable_model_summary: bool | None = None,
         accumulate_grad_batches: int = 1,
         gradient_clip_val: int | float | None = None,
-        gradient_clip_algorithm: str = "norm",
-        log_every_n_steps: int = 50,
-        enable_checkpointing: bool = True,
-        enable_progress_bar: bool = True,
-        default_root_dir: str | os.PathLike[str] | None = None,
-        deterministic: bool | str = False,
+        gradient_clip_algorithm: str | None = None,
+        deterministic: bool | str | None = None,
+        benchmark: bool | None = None,
+        inference_mode: bool = True,
         use_distributed_sampler: bool = True,
+        profiler: Any = None,
+        detect_anomaly: bool = False,
+        barebones: bool = False,
+        plugins: Any = None,
         sync_batchnorm: bool = False,
+        reload_dataloaders_every_n_epochs: int = 0,
+        default_root_dir: str | os.PathLike[str] | None = None,
+        enable_autolog_hparams: bool = True,
+        model_registry: str | None = None,
     ) -> None:
+        barebones = arguments.check_barebones(
+            barebones,
+            {
+                "logger": logger,
+                "enable_checkpointing": enable_checkpointing,
+                "enable_progress_bar": enable_progress_bar,
+                "enable_model_summary": enable_model_summary,
+                "num_sanity_val_steps": num_sanity_val_steps,
+                "log_every_n_steps": log_every_n_steps,
+                "profiler": profiler,
+                "detect_anomaly": detect_anomaly,
+            },
+        )
+        arguments.check_model_registry(model_registry)
+        on = not barebones  # each feature flag's default
         self.config: TrainerConfig = arguments.build_config(
             num_nodes=num_nodes,
             max_epochs=max_epochs,
+            min_epochs=min_epochs,
             max_steps=max_steps,
+            min_steps=min_steps,
+            max_time=max_time,
             limits={
                 "train": limit_train_batches,
                 "val": limit_val_batches,
                 "test": limit_test_batches,
                 "predict": limit_predict_batches,
             },
+            overfit_batches=overfit_batches,
             val_check_interval=val_check_interval,
             check_val_every_n_epoch=check_val_every_n_epoch,
+            num_sanity_val_steps=num_sanity_val_steps,
+            fast_dev_run=fast_dev_run,
             accumulate_grad_batches=accumulate_grad_batches,
             gradient_clip_val=gradient_clip_val,
             gradient_clip_algorithm=gradient_clip_algorithm,
@@ -97,18 +135,33 @@ class Trainer(TrainerProperties):
             use_distributed_sampler=use_distributed_sampler,
             sync_batchnorm=sync_batchnorm,
             deterministic=deterministic,
+            benchmark=benchmark,
+            inference_mode=inference_mode,
+            detect_anomaly=detect_anomaly,
+            reload_dataloaders_every_n_epochs=reload_dataloaders_every_n_epochs,
             default_root_dir=default_root_dir,
+            barebones=barebones,
+            enable_model_summary=arguments.check_bool(
+                "enable_model_summary", on if enable_model_summary is None else enable_model_summary
+            ),
+            enable_autolog_hparams=enable_autolog_hparams,
         )
-        enable_checkpointing = arguments.check_bool("enable_checkpointing", enable_checkpointing)
-        enable_progress_bar = arguments.check_bool("enable_progress_bar", enable_progress_bar)
+        enable_checkpointing = arguments.check_bool("enable_checkpointing", on if enable_checkpointing is None else enable_checkpointing)
+        enable_progress_bar = arguments.check_bool("enable_progress_bar", on if enable_progress_bar is None else enable_progress_bar)
         user_callbacks = arguments.check_callbacks(callbacks)
-        self._loggers: list[Any] = arguments.check_loggers(logger, self.config.default_root_dir)
+        if self.config.fast_dev_run:
+            logger = False  # a fast_dev_run writes nothing: no logs, and ModelCheckpoint skips saving
+            builtins.print(
+                f"Running in fast_dev_run mode: each loop runs {self.config.fast_dev_run} batch(es); "
+                "logging and checkpointing are off."
+            )
+        self._loggers: list[Any] = arguments.check_loggers(on if logger is None else logger, self.config.default_root_dir)
         resolved = resolve_strategy(
             accelerator=accelerator,
             strategy=strategy,
             devices=devices,
             num_nodes=self.config.num_nodes,
-            precision=precision,
+            precision="32-true" if precision is None else precision,
             plugins=arguments.check_plugins(plugins),
             sync_batchnorm=self.config.sync_batchnorm,
         )
@@ -117,8 +170,9 @@ class Trainer(TrainerProperties):
         self.strategy_name: str = resolved.strategy_name
         self._num_devices: int = resolved.num_devices
         self._callbacks: list[Callback] = arguments.add_default_callbacks(
-            user_callbacks, enable_checkpointing, enable_progress_bar
+            user_callbacks, enable_checkpointing, enable_progress_bar, self.config
         )
+        self._profiler: Any = arguments.check_profiler(profiler)
         self._state = TrainerState()
         self.fit_loop = FitLoop()
         self.val_loop = EvaluationLoop("validate")
@@ -126,8 +180,22 @@ class Trainer(TrainerProperties):
         self.predict_loop = PredictLoop()
         self._metrics = MetricStore(self)
         self._module: Any = None
+        self._datamodule: Any = None
+        self._ckpt_path: str | None = None
         self.run: Run | None = None
         self._should_stop = False
+
+    @contextlib.contextmanager
+    def init_module(self, empty_init: bool | None = None) -> Iterator[None]:
+        """Create the Module's tensors where the strategy wants them, in the precision's dtype.
+
+        ``with trainer.init_module(): model = MyModel()`` builds the weights on the device and in
+        ``"bf16-true"``/``"16-true"`` dtype directly; with ``empty_init=True`` the strategy may skip
+        random initialisation (or build on the meta device) because a checkpoint or
+        ``configure_model`` fills the weights later.
+        """
+        with self._strategy.tensor_init_context(empty_init=empty_init):
+            yield
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` on global rank 0 only, above the progress bar instead of through it."""
@@ -154,44 +222,78 @@ class Trainer(TrainerProperties):
 
     # ------------------------------------------------------------------ entry points
     def fit(
-        self, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None, *, ckpt_path: Any = None
+        self,
+        model: Any,
+        train_dataloaders: Any = None,
+        val_dataloaders: Any = None,
+        datamodule: Any = None,
+        ckpt_path: Any = None,
+        weights_only: bool | None = None,
     ) -> None:
         """Train ``model``; ``ckpt_path`` (a path or ``"last"``) resumes exactly where that checkpoint left off.
+
+        The data comes from ``train_dataloaders`` / ``val_dataloaders``, a ``datamodule`` (also
+        accepted in the first position), or the Module's own dataloader methods.
 
         Raises:
             MisconfigurationError: ``model`` is not a Module or lacks ``training_step``/``configure_optimizers``.
             CheckpointError: ``ckpt_path`` is missing, unreadable, weights-only or of another model.
         """
-        path = arguments.check_fit(self, model, train_dataloaders, val_dataloaders, ckpt_path)
-        loaders = {"train": train_dataloaders, "val": val_dataloaders}
+        train_dataloaders, datamodule = arguments.split_datamodule(train_dataloaders, datamodule)
+        path = arguments.check_fit(self, model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
+        loaders = {"train": train_dataloaders, "val": val_dataloaders, "datamodule": datamodule}
         self._launch(TrainerFn.FITTING, model, loaders, path, {})
 
     def validate(
-        self, model: Any = None, dataloaders: Any = None, *, ckpt_path: Any = None, verbose: bool = True
+        self,
+        model: Any = None,
+        dataloaders: Any = None,
+        ckpt_path: Any = None,
+        verbose: bool = True,
+        datamodule: Any = None,
+        weights_only: bool | None = None,
     ) -> list[dict[str, float]]:
         """Run one validation epoch; returns the logged epoch metrics per dataloader."""
-        model, path = arguments.check_eval(self, TrainerFn.VALIDATING, model, dataloaders, ckpt_path)
-        return self._launch(TrainerFn.VALIDATING, model, {"eval": dataloaders}, path, {"verbose": verbose})  # type: ignore[no-any-return]
+        return self._evaluate(TrainerFn.VALIDATING, model, dataloaders, datamodule, ckpt_path, {"verbose": verbose})  # type: ignore[no-any-return]
 
     def test(
-        self, model: Any = None, dataloaders: Any = None, *, ckpt_path: Any = None, verbose: bool = True
+        self,
+        model: Any = None,
+        dataloaders: Any = None,
+        ckpt_path: Any = None,
+        verbose: bool = True,
+        datamodule: Any = None,
+        weights_only: bool | None = None,
     ) -> list[dict[str, float]]:
         """Run one test epoch; returns the logged epoch metrics per dataloader."""
-        model, path = arguments.check_eval(self, TrainerFn.TESTING, model, dataloaders, ckpt_path)
-        return self._launch(TrainerFn.TESTING, model, {"eval": dataloaders}, path, {"verbose": verbose})  # type: ignore[no-any-return]
+        return self._evaluate(TrainerFn.TESTING, model, dataloaders, datamodule, ckpt_path, {"verbose": verbose})  # type: ignore[no-any-return]
 
     def predict(
-        self, model: Any = None, dataloaders: Any = None, *, ckpt_path: Any = None, return_predictions: bool = True
+        self,
+        model: Any = None,
+        dataloaders: Any = None,
+        datamodule: Any = None,
+        return_predictions: bool | None = None,
+        ckpt_path: Any = None,
+        weights_only: bool | None = None,
     ) -> Any:
         """Run ``predict_step`` over the data; returns the predictions (a list per dataloader)."""
-        model, path = arguments.check_eval(self, TrainerFn.PREDICTING, model, dataloaders, ckpt_path)
-        options = {"return_predictions": return_predictions}
-        return self._launch(TrainerFn.PREDICTING, model, {"eval": dataloaders}, path, options)
+        options = {"return_predictions": True if return_predictions is None else return_predictions}
+        return self._evaluate(TrainerFn.PREDICTING, model, dataloaders, datamodule, ckpt_path, options)
+
+    def _evaluate(
+        self, fn: TrainerFn, model: Any, dataloaders: Any, datamodule: Any, ckpt_path: Any, options: dict[str, Any]
+    ) -> Any:
+        dataloaders, datamodule = arguments.split_datamodule(dataloaders, datamodule)
+        model, path = arguments.check_eval(self, fn, model, dataloaders, datamodule, ckpt_path)
+        return self._launch(fn, model, {"eval": dataloaders, "datamodule": datamodule}, path, options)
 
     def _launch(
         self, fn: TrainerFn, model: Any, loaders: dict[str, Any], ckpt_path: str | None, options: dict[str, Any]
     ) -> Any:
         self._module = model  # the launcher copies results back into this process's Module
+        self._datamodule = loaders.get("datamodule")
+        self._ckpt_path = ckpt_path
         launcher = self._strategy.launcher
         if launcher is not None:
             self.run = None  # a stage that runs in other processes leaves no Run in this one
@@ -203,7 +305,10 @@ class Trainer(TrainerProperties):
     ) -> Any:
         """The per-rank body of an entry point; what ``strategy.launcher.launch`` runs on each rank."""
         self._module = model
+        self._datamodule = loaders.get("datamodule")
+        self._ckpt_path = ckpt_path
         self._state.fn, self._state.stage, self._state.status = fn, _FIRST_STAGE[fn], "running"
+        self._callbacks = arguments.add_module_callbacks(self._callbacks, model)
         self.run = self._new_run(fn, model)
         return run_stage(self.run, loaders, ckpt_path, options)
 
@@ -214,10 +319,12 @@ class Trainer(TrainerProperties):
             fn,
             model,
             self._strategy,
-            hooks=HookRunner(self, self._callbacks, model),
+            hooks=HookRunner(self, self._callbacks, model, profiler=self._profiler),
             metrics=self._metrics,
             loops=(self.fit_loop, self.val_loop, self.test_loop, self.predict_loop),
             state=self._state,
+            datamodule=self._datamodule,
+            profiler=self._profiler,
         )
 
     def _current_run(self, action: str) -> Run:

@@ -29,6 +29,22 @@ name                                             public module (``phalanx.``)  w
 ``installed_version(distribution)``              ``utilities``                 version of an installed distribution, or None
 ``parse_int_env(name, value)``                   ``environments.local``        read an integer environment variable clearly
 ===============================================  ============================  =================================================
+
+Lightning's ``lightning.pytorch.utilities`` names that ported scripts, callbacks and Modules import
+are here too, under the same names (each module is also importable by Lightning's path with
+``lightning.pytorch`` renamed ``phalanx``: ``phalanx.utilities.rank_zero``, ``.seed``, ``.grads``,
+``.types``, ``.exceptions``):
+
+===============================================  ============================  =================================================
+name                                             public module (``phalanx.``)  what it is for
+===============================================  ============================  =================================================
+``rank_zero_only`` (``.rank``)                   ``utilities.rank_zero``       run a function on global rank 0 only
+``rank_zero_info`` / ``_warn`` / ``_debug``      ``utilities.rank_zero``       log or warn once per job, not once per rank
+``rank_zero_deprecation``                        ``utilities.rank_zero``       a DeprecationWarning, on rank 0 only
+``grad_norm(module, norm_type)``                 ``utilities.grads``           gradient norms to pass to ``log_dict``
+``measure_flops(model, forward_fn, loss_fn)``    ``utilities.flops``           FLOPs of a step, on a meta-device model
+``AttributeDict``                                ``hparams``                   a dict read by attribute (``self.hparams``)
+===============================================  ============================  =================================================
 """
 
 from __future__ import annotations
@@ -37,6 +53,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 __all__ = [
+    # the plugin-author helpers (first table)
     "LRSchedulerConfig",
     "apply_to_collection",
     "call_through_wrapper",
@@ -51,6 +68,15 @@ __all__ = [
     "parse_int_env",
     "save_worker_results",
     "write_portable_checkpoint",
+    # Lightning's user-facing utilities (second table)
+    "AttributeDict",
+    "grad_norm",
+    "measure_flops",
+    "rank_zero_debug",
+    "rank_zero_deprecation",
+    "rank_zero_info",
+    "rank_zero_only",
+    "rank_zero_warn",
 ]
 
 _LAZY = {
@@ -65,15 +91,33 @@ _LAZY = {
     "is_overridden": "phalanx.utilities.model_helpers:is_overridden",
     "write_portable_checkpoint": "phalanx.checkpoint_io.portable:write_portable_checkpoint",
     "parse_int_env": "phalanx.environments.local:parse_int_env",
+    "rank_zero_only": "phalanx.utilities.rank_zero:rank_zero_only",
+    "rank_zero_info": "phalanx.utilities.rank_zero:rank_zero_info",
+    "rank_zero_warn": "phalanx.utilities.rank_zero:rank_zero_warn",
+    "rank_zero_debug": "phalanx.utilities.rank_zero:rank_zero_debug",
+    "rank_zero_deprecation": "phalanx.utilities.rank_zero:rank_zero_deprecation",
+    "grad_norm": "phalanx.utilities.grads:grad_norm",
+    "measure_flops": "phalanx.utilities.flops:measure_flops",
+    "AttributeDict": "phalanx.hparams:AttributeDict",
 }
 
 if TYPE_CHECKING:
     from phalanx.checkpoint_io.portable import write_portable_checkpoint
     from phalanx.environments.local import parse_int_env
+    from phalanx.hparams import AttributeDict
     from phalanx.utilities.apply_func import apply_to_collection, move_data_to_device
     from phalanx.utilities.dtypes import cast_floats, default_dtype
+    from phalanx.utilities.flops import measure_flops
+    from phalanx.utilities.grads import grad_norm
     from phalanx.utilities.model_helpers import is_overridden
     from phalanx.utilities.optim import LRSchedulerConfig, init_optimizers_and_lr_schedulers, optimizers_to_device
+    from phalanx.utilities.rank_zero import (
+        rank_zero_debug,
+        rank_zero_deprecation,
+        rank_zero_info,
+        rank_zero_only,
+        rank_zero_warn,
+    )
     from phalanx.utilities.wrappers import call_through_wrapper
 
 

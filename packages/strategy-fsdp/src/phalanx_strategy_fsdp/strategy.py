@@ -138,6 +138,12 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
         names = ("shard",) if len(shape) == 1 else ("replicate", "shard")
         self._device_mesh = init_device_mesh(self.root_device.type, shape, mesh_dim_names=names)
 
+    @property
+    def empty_init_on_meta(self) -> bool:
+        """True: ``trainer.init_module(empty_init=True)`` builds on the meta device; setup allocates
+        this rank's shards and runs each layer's ``reset_parameters``."""
+        return True
+
     @contextmanager
     def model_sharded_context(self) -> Generator[None, None, None]:
         """Layers created in ``configure_model`` land on the meta device: no memory until sharded."""

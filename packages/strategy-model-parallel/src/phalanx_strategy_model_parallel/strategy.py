@@ -170,6 +170,12 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ParallelStrategy):
         return self._device_mesh is not None
 
     @property
+    def empty_init_on_meta(self) -> bool:
+        """True: ``trainer.init_module(empty_init=True)`` builds on the meta device; setup allocates
+        this rank's shards and runs each layer's ``reset_parameters``."""
+        return True
+
+    @property
     def offload_module_on_teardown(self) -> bool:
         """False: shards stay where they are (gathering them could exceed one rank's memory)."""
         return False

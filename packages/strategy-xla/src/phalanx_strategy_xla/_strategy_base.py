@@ -68,6 +68,11 @@ class XLAStrategyMixin:
     strategy_name: ClassVar[str]
     _accelerator: Accelerator | None
 
+    @property
+    def supports_inference_mode(self) -> bool:
+        """False: XLA tensors are traced into graphs, and inference tensors cannot be; evaluation uses no_grad."""
+        return False
+
     # ------------------------------------------------------------------ parts
     @property
     def accelerator(self) -> Accelerator | None:

@@ -1,0 +1,505 @@
+"""The Trainer arguments and members a Lightning script uses, each with Lightning's behaviour.
+
+fast_dev_run, num_sanity_val_steps, max_time, min_epochs/min_steps, overfit_batches, profiler,
+detect_anomaly, inference_mode, reload_dataloaders_every_n_epochs, barebones, init_module, the
+DataModule, training steps without ``batch_idx``, the ``backward`` / ``lr_scheduler_step`` /
+``configure_callbacks`` hooks. Single process; the multi-process paths run in tests/lightning.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+from trainer_helpers import Net, dataset, loader, quiet
+
+from phalanx import DataModule, Trainer
+from phalanx.callbacks import Callback, ModelCheckpoint
+from phalanx.errors import MisconfigurationError
+
+
+class Recorder(Callback):
+    """Records what the Trainer reports while validation and training run."""
+
+    def __init__(self) -> None:
+        self.val_batches: list[tuple[bool, int]] = []
+        self.events: list[str] = []
+
+    def on_sanity_check_start(self, trainer: Any, pl_module: Any) -> None:
+        self.events.append("sanity_start")
+
+    def on_sanity_check_end(self, trainer: Any, pl_module: Any) -> None:
+        self.events.append("sanity_end")
+
+    def on_validation_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.val_batches.append((trainer.sanity_checking, trainer.global_step))
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self.events.append("train_start")
+
+
+def _weights(module: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+# ---------------------------------------------------------------------- fast_dev_run
+@pytest.mark.parametrize(("flag", "batches"), [(True, 1), (3, 3)])
+def test_fast_dev_run_runs_n_batches_and_writes_nothing(tmp_path: Any, flag: Any, batches: int) -> None:
+    recorder = Recorder()
+    trainer = Trainer(fast_dev_run=flag, default_root_dir=tmp_path, enable_progress_bar=False, callbacks=[recorder], max_epochs=5)
+    trainer.fit(Net(), loader(), loader())
+    assert trainer.global_step == batches
+    assert trainer.current_epoch == 1
+    assert recorder.val_batches == [(False, batches)] * batches  # no sanity check, one validation
+    assert trainer.loggers == []
+    assert list(tmp_path.iterdir()) == []  # no logs, no checkpoints
+    assert trainer.test(trainer.lightning_module, loader(), verbose=False)
+
+
+def test_fast_dev_run_rejects_negative() -> None:
+    with pytest.raises(MisconfigurationError, match=r"fast_dev_run=-1.*fast_dev_run=True"):
+        Trainer(fast_dev_run=-1)
+
+
+# ---------------------------------------------------------------------- sanity check
+def test_sanity_check_runs_first_and_leaves_no_trace() -> None:
+    """Two validation batches before training (Lightning's default), flagged as sanity checking;
+    training computes exactly what it computes without them."""
+    recorder = Recorder()
+    torch.manual_seed(0)
+    model = Net(dropout=0.3)
+    trainer = Trainer(**quiet(max_epochs=2, callbacks=[recorder]))
+    trainer.fit(model, loader(shuffle=True), loader(n=24))
+    assert recorder.events[:3] == ["sanity_start", "sanity_end", "train_start"]
+    assert recorder.val_batches[:2] == [(True, 0), (True, 0)]
+    assert [flag for flag, _ in recorder.val_batches[2:]] == [False] * 12  # 6 batches x 2 epochs
+    torch.manual_seed(0)
+    reference = Net(dropout=0.3)
+    Trainer(**quiet(max_epochs=2, num_sanity_val_steps=0)).fit(reference, loader(shuffle=True), loader(n=24))
+    for key, value in _weights(reference).items():
+        assert torch.equal(model.state_dict()[key], value), key
+
+
+def test_sanity_check_all_batches_and_off() -> None:
+    recorder = Recorder()
+    Trainer(**quiet(max_epochs=1, num_sanity_val_steps=-1, callbacks=[recorder])).fit(Net(), loader(n=8), loader(n=20))
+    assert sum(flag for flag, _ in recorder.val_batches) == 5
+    recorder = Recorder()
+    Trainer(**quiet(max_epochs=1, num_sanity_val_steps=0, callbacks=[recorder])).fit(Net(), loader(n=8), loader(n=20))
+    assert "sanity_start" not in recorder.events
+
+
+def test_sanity_check_writes_no_checkpoint(tmp_path: Any) -> None:
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", save_top_k=1)
+    trainer = Trainer(**quiet(max_epochs=1, limit_train_batches=0, enable_checkpointing=True, callbacks=[checkpoint]))
+    with pytest.warns(UserWarning, match="limit_train_batches=0"):
+        trainer.fit(Net(), loader(), loader())
+    assert list(tmp_path.iterdir()) == []
+    assert "val_loss" not in trainer.callback_metrics
+
+
+# ---------------------------------------------------------------------- stopping
+class StopAtOnce(Callback):
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        trainer.should_stop = True
+
+
+def test_min_epochs_and_min_steps_hold_off_a_stop() -> None:
+    trainer = Trainer(**quiet(max_epochs=10, min_epochs=3, callbacks=[StopAtOnce()]))
+    trainer.fit(Net(), loader(n=8))
+    assert trainer.current_epoch == 3
+    assert trainer.global_step == 6
+    trainer = Trainer(**quiet(max_epochs=10, min_steps=5, callbacks=[StopAtOnce()]))
+    trainer.fit(Net(), loader(n=8))
+    assert trainer.global_step == 5
+    trainer = Trainer(**quiet(max_epochs=10, callbacks=[StopAtOnce()]))
+    trainer.fit(Net(), loader(n=8))
+    assert trainer.global_step == 1
+
+
+class Sleepy(Net):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        import time
+
+        time.sleep(0.2)
+        return super().training_step(batch, batch_idx)
+
+
+def test_max_time_stops_fit() -> None:
+    trainer = Trainer(**quiet(max_epochs=100, max_time={"seconds": 1}))
+    trainer.fit(Sleepy(), loader(n=8))
+    assert 1 <= trainer.global_step < 20
+    assert trainer.max_time is not None and trainer.max_time.total_seconds() == 1
+
+
+@pytest.mark.parametrize("value", ["1 hour", {"weeks": "x"}, 5])
+def test_max_time_invalid(value: Any) -> None:
+    with pytest.raises(MisconfigurationError, match=r"max_time=.*DD:HH:MM:SS"):
+        Trainer(max_time=value)
+
+
+# ---------------------------------------------------------------------- data options
+class BatchLog(Net):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[torch.Tensor] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.seen.append(batch[0].clone())
+        return super().training_step(batch, batch_idx)
+
+
+def test_overfit_batches_repeats_the_first_batches_in_order() -> None:
+    model = BatchLog()
+    trainer = Trainer(**quiet(max_epochs=3, overfit_batches=2))
+    trainer.fit(model, loader(shuffle=True))
+    assert trainer.limit_train_batches == 2 and trainer.limit_val_batches == 2
+    first = [dataset()[i * 4 : (i + 1) * 4][0] for i in range(2)]
+    assert len(model.seen) == 6
+    for i, seen in enumerate(model.seen):
+        assert torch.equal(seen, first[i % 2])
+
+
+class Reloading(Net):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def train_dataloader(self) -> DataLoader:
+        self.calls += 1
+        return loader(n=4 * self.calls)  # grows: each reload is visible in the batch count
+
+
+def test_reload_dataloaders_every_n_epochs() -> None:
+    model = Reloading()
+    trainer = Trainer(**quiet(max_epochs=3, reload_dataloaders_every_n_epochs=1))
+    trainer.fit(model)
+    assert model.calls == 3
+    assert trainer.global_step == 1 + 2 + 3
+    model = Reloading()
+    Trainer(**quiet(max_epochs=3)).fit(model)
+    assert model.calls == 1
+
+
+# ---------------------------------------------------------------------- torch flags
+class Flags(Net):
+    def __init__(self) -> None:
+        super().__init__()
+        self.anomaly: list[bool] = []
+        self.inference: list[bool] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.anomaly.append(torch.is_anomaly_enabled())
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.inference.append(torch.is_inference_mode_enabled())
+
+
+def test_detect_anomaly_and_inference_mode() -> None:
+    model = Flags()
+    Trainer(**quiet(max_epochs=1, detect_anomaly=True, num_sanity_val_steps=0)).fit(model, loader(n=8), loader(n=8))
+    assert model.anomaly == [True, True] and not torch.is_anomaly_enabled()
+    assert model.inference == [True, True]
+    model = Flags()
+    Trainer(**quiet(max_epochs=1, inference_mode=False, num_sanity_val_steps=0)).fit(model, loader(n=8), loader(n=8))
+    assert model.anomaly == [False, False] and model.inference == [False, False]
+
+
+# ---------------------------------------------------------------------- profiler, barebones, summary
+def test_profiler_simple_reports_the_loop(capsys: Any) -> None:
+    trainer = Trainer(**quiet(max_epochs=1, profiler="simple"))
+    trainer.fit(Net(), loader(n=8), loader(n=8))
+    out = capsys.readouterr().out
+    assert "run_training_epoch" in out and "run_training_batch" in out
+    assert trainer.profiler is not None
+
+
+def test_profiler_invalid() -> None:
+    with pytest.raises(MisconfigurationError, match=r"profiler='fast'.*'simple'"):
+        Trainer(profiler="fast")
+
+
+def test_barebones() -> None:
+    trainer = Trainer(barebones=True, max_epochs=1)
+    assert trainer.loggers == [] and trainer.checkpoint_callback is None and trainer.progress_bar_callback is None
+    assert trainer.num_sanity_val_steps == 0 and trainer.barebones
+    trainer.fit(Net(), loader(n=8))
+    assert trainer.global_step == 2
+    with pytest.raises(MisconfigurationError, match=r"barebones=True.*enable_checkpointing=True"):
+        Trainer(barebones=True, enable_checkpointing=True)
+
+
+def test_model_summary_printed_by_default(capsys: Any) -> None:
+    Trainer(**quiet(max_epochs=1)).fit(Net(), loader(n=8))
+    assert "Trainable params" in capsys.readouterr().out
+    Trainer(**quiet(max_epochs=1, enable_model_summary=False)).fit(Net(), loader(n=8))
+    assert "Trainable params" not in capsys.readouterr().out
+
+
+def test_model_registry_is_refused() -> None:
+    with pytest.raises(MisconfigurationError, match=r"model_registry='hub'.*ModelCheckpoint.best_model_path"):
+        Trainer(model_registry="hub")
+
+
+# ---------------------------------------------------------------------- init_module
+class Sevens(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(64, 64))
+        nn.init.constant_(self.weight, 7.0)
+
+
+def test_init_module_dtype_and_empty_init() -> None:
+    trainer = Trainer(**quiet(precision="bf16-true"))
+    with trainer.init_module():
+        layer = nn.Linear(4, 4)
+    assert layer.weight.dtype == torch.bfloat16
+    with Trainer(**quiet()).init_module(empty_init=False):
+        assert torch.equal(Sevens().weight, torch.full((64, 64), 7.0))
+    with Trainer(**quiet()).init_module(empty_init=True):
+        assert not torch.equal(Sevens().weight, torch.full((64, 64), 7.0))
+
+
+# ---------------------------------------------------------------------- DataModule
+class Data(DataModule):
+    def __init__(self, batch_size: int = 4) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.calls: list[str] = []
+        self.position = 0
+
+    def prepare_data(self) -> None:
+        self.calls.append("prepare_data")
+
+    def setup(self, stage: str) -> None:
+        self.calls.append(f"setup:{stage}")
+        self.train_set, self.val_set = dataset(32), dataset(8, seed=1)
+
+    def teardown(self, stage: str) -> None:
+        self.calls.append(f"teardown:{stage}")
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.train_set, batch_size=self.hparams.batch_size)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.val_set, batch_size=self.hparams.batch_size)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self.val_set, batch_size=self.hparams.batch_size)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"position": self.position + 1}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.position = state_dict["position"]
+
+
+class SeesData(Net):
+    def on_fit_start(self) -> None:
+        self.datamodule_seen = self.trainer.datamodule
+
+
+def test_datamodule_drives_the_data_and_is_checkpointed(tmp_path: Any) -> None:
+    data = Data(batch_size=8)
+    model = SeesData()
+    trainer = Trainer(**quiet(max_epochs=1, default_root_dir=tmp_path))
+    trainer.fit(model, datamodule=data)
+    assert data.calls == ["prepare_data", "setup:fit", "teardown:fit"]
+    assert trainer.global_step == 4 and model.datamodule_seen is data and trainer.datamodule is data
+    path = tmp_path / "a.ckpt"
+    trainer.save_checkpoint(path)
+    checkpoint = torch.load(path, weights_only=False)
+    assert checkpoint["Data"] == {"position": 1}
+    assert checkpoint["datamodule_hyper_parameters"] == {"batch_size": 8}
+    resumed = Data(batch_size=8)
+    trainer = Trainer(**quiet(max_epochs=2))
+    trainer.fit(Net(), resumed, ckpt_path=path)  # the DataModule in the dataloaders' position, as Lightning allows
+    assert resumed.position == 1 and trainer.global_step == 8 and trainer.ckpt_path == str(path)
+    results = trainer.test(datamodule=resumed, verbose=False)
+    assert "test_loss" in results[0] and resumed.calls[-2:] == ["setup:test", "teardown:test"]
+
+
+def test_datamodule_bad_input() -> None:
+    trainer = Trainer(**quiet(max_epochs=1))
+    with pytest.raises(MisconfigurationError, match=r"both datamodule= and train_dataloaders="):
+        trainer.fit(Net(), loader(), datamodule=Data())
+    with pytest.raises(MisconfigurationError, match=r"expects a phalanx.DataModule, got list"):
+        trainer.fit(Net(), datamodule=[1, 2])
+
+    class NoTrain(DataModule):
+        pass
+
+    class Transfers(Data):
+        def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+            return batch
+
+    with pytest.raises(MisconfigurationError, match=r"Transfers defines on_before_batch_transfer.*move them to the Module"):
+        trainer.fit(Net(), datamodule=Transfers())
+
+    with pytest.raises(MisconfigurationError, match=r"got no training data"):
+        trainer.fit(Net(), datamodule=NoTrain())
+
+
+def test_datamodule_from_datasets() -> None:
+    data = DataModule.from_datasets(dataset(16), val_dataset=dataset(8), batch_size=4)
+    trainer = Trainer(**quiet(max_epochs=1))
+    trainer.fit(Net(), datamodule=data)
+    assert trainer.global_step == 4 and trainer.num_val_batches == [2]
+
+
+# ---------------------------------------------------------------------- step signatures and hooks
+class NoBatchIdx(Net):
+    def training_step(self, batch: Any) -> torch.Tensor:  # type: ignore[override]
+        x, y = batch
+        return nn.functional.mse_loss(self(x), y)
+
+    def validation_step(self, batch: Any) -> None:  # type: ignore[override]
+        self.log("val_loss", nn.functional.mse_loss(self(batch[0]), batch[1]))
+
+    def predict_step(self, batch: Any) -> torch.Tensor:  # type: ignore[override]
+        return self(batch[0])
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])  # 1: the direct step; 2: the layered step
+def test_steps_without_batch_idx(accumulate: int) -> None:
+    torch.manual_seed(0)
+    model = NoBatchIdx()
+    trainer = Trainer(**quiet(max_epochs=1, accumulate_grad_batches=accumulate))
+    trainer.fit(model, loader(n=16), loader(n=8))
+    assert trainer.global_step == 4 // accumulate
+    assert trainer.fit_loop.uses_direct_step is (accumulate == 1)
+    predictions = trainer.predict(model, loader(n=8))
+    assert len(predictions) == 2
+
+
+class CustomBackward(Net):
+    def __init__(self, *, manual: bool = False) -> None:
+        super().__init__()
+        self.backward_calls = 0
+        self.automatic_optimization = not manual
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        self.backward_calls += 1
+        (loss * 2).backward(*args, **kwargs)
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        if self.automatic_optimization:
+            return super().training_step(batch, batch_idx)
+        optimizer = self.optimizers()
+        optimizer.zero_grad()
+        self.manual_backward(nn.functional.mse_loss(self(batch[0]), batch[1]))
+        optimizer.step()
+        return None
+
+
+@pytest.mark.parametrize("manual", [False, True])
+def test_backward_hook_is_called(manual: bool) -> None:
+    torch.manual_seed(0)
+    model = CustomBackward(manual=manual)
+    trainer = Trainer(**quiet(max_epochs=1))
+    trainer.fit(model, loader(n=16))
+    assert model.backward_calls == 4
+    assert not trainer.fit_loop.uses_direct_step
+    # the doubled loss is what trained: equal to plain SGD on 2 x loss
+    torch.manual_seed(0)
+    reference = CustomBackward()
+    optimizer = reference.make_optimizer(reference.parameters())
+    reference.train()
+    for x, y in loader(n=16):
+        optimizer.zero_grad()
+        (2 * nn.functional.mse_loss(reference(x), y)).backward()
+        optimizer.step()
+    for key, value in reference.state_dict().items():
+        assert torch.allclose(model.state_dict()[key], value, atol=1e-6), key
+
+
+class SchedulerHook(Net):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stepped: list[Any] = []
+
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 1)}
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        self.stepped.append(metric)
+        scheduler.step()
+
+
+class Marker(Callback):
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def test_lr_scheduler_step_and_configure_callbacks() -> None:
+    model = SchedulerHook()
+    trainer = Trainer(**quiet(max_epochs=2))
+    trainer.fit(model, loader(n=8))
+    assert model.stepped == [None, None]
+    assert trainer.lr_scheduler_configs[0].scheduler.get_last_lr() == [pytest.approx(0.1 * 0.1**2)]
+
+    class WithCallbacks(Net):
+        def configure_callbacks(self) -> Any:
+            return [Marker("module")]
+
+    trainer = Trainer(**quiet(max_epochs=1, callbacks=[Marker("trainer")]))
+    trainer.fit(WithCallbacks(), loader(n=8))
+    assert [cb.name for cb in trainer.callbacks if isinstance(cb, Marker)] == ["module"]
+
+
+# ---------------------------------------------------------------------- members
+def test_trainer_members() -> None:
+    trainer = Trainer(**quiet(max_epochs=1))
+    assert trainer.num_devices == 1 and trainer.device_ids == [0] and trainer.num_nodes == 1
+    assert trainer.ckpt_path is None and trainer.datamodule is None and not trainer.interrupted
+    train, val = loader(n=8), loader(n=8)
+    trainer.fit(Net(), train, val)
+    assert trainer.train_dataloader is train and trainer.val_dataloaders is val
+    assert trainer.test_dataloaders is None and not trainer.received_sigterm
+    assert not trainer.sanity_checking and trainer.scaler is None
+    last: list[bool] = []
+
+    class LastBatch(Callback):
+        def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+            last.append(trainer.is_last_batch)
+
+    Trainer(**quiet(max_epochs=1, callbacks=[LastBatch()])).fit(Net(), loader(n=12))
+    assert last == [False, False, True]
+
+    class Fails(Net):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            raise ValueError("boom")
+
+    trainer = Trainer(**quiet(max_epochs=1))
+    with pytest.raises(ValueError, match="boom"):
+        trainer.fit(Fails(), train)
+    assert trainer.interrupted
+
+
+def test_hparams_reach_logger_and_checkpoint(tmp_path: Any) -> None:
+    class Hyper(Net):
+        def __init__(self, lr: float = 0.05, width: int = 16) -> None:
+            super().__init__(lr=lr)
+            self.save_hyperparameters()
+
+    from phalanx.loggers import CSVLogger
+
+    logger = CSVLogger(tmp_path)
+    trainer = Trainer(enable_progress_bar=False, logger=logger, max_epochs=1, default_root_dir=tmp_path)
+    trainer.fit(Hyper(lr=0.01), loader(n=8))
+    import yaml
+
+    with open(os.path.join(logger.log_dir, "hparams.yaml")) as handle:
+        assert yaml.safe_load(handle) == {"lr": 0.01, "width": 16}
+    path = trainer.checkpoint_callback.best_model_path or trainer.checkpoint_callback.last_model_path  # type: ignore[union-attr]
+    if not path:
+        path = str(next((tmp_path).rglob("*.ckpt")))
+    assert torch.load(path, weights_only=False)["hyper_parameters"] == {"lr": 0.01, "width": 16}
+    assert math.isclose(Hyper.load_from_checkpoint(path).hparams.lr, 0.01)
