@@ -145,6 +145,7 @@ def test_fit_hook_order() -> None:
         "on_train_epoch_start",
         *_batch(0),
         *_batch(1),
+        "on_validation_model_zero_grad",
         *_VALIDATION,
         "Callback.on_train_epoch_end",
         "on_train_epoch_end",

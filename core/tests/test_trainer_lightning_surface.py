@@ -251,7 +251,7 @@ def test_model_registry_is_refused() -> None:
 class Sevens(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(64, 64))
+        self.weight = nn.Parameter(torch.zeros(4, 4))  # zeros: not an init function, so never skipped
         nn.init.constant_(self.weight, 7.0)
 
 
@@ -261,9 +261,9 @@ def test_init_module_dtype_and_empty_init() -> None:
         layer = nn.Linear(4, 4)
     assert layer.weight.dtype == torch.bfloat16
     with Trainer(**quiet()).init_module(empty_init=False):
-        assert torch.equal(Sevens().weight, torch.full((64, 64), 7.0))
+        assert torch.equal(Sevens().weight, torch.full((4, 4), 7.0))
     with Trainer(**quiet()).init_module(empty_init=True):
-        assert not torch.equal(Sevens().weight, torch.full((64, 64), 7.0))
+        assert torch.equal(Sevens().weight, torch.zeros(4, 4))  # nn.init skipped
 
 
 # ---------------------------------------------------------------------- DataModule
@@ -321,6 +321,8 @@ def test_datamodule_drives_the_data_and_is_checkpointed(tmp_path: Any) -> None:
     trainer = Trainer(**quiet(max_epochs=2))
     trainer.fit(Net(), resumed, ckpt_path=path)  # the DataModule in the dataloaders' position, as Lightning allows
     assert resumed.position == 1 and trainer.global_step == 8 and trainer.ckpt_path == str(path)
+    rebuilt = Data.load_from_checkpoint(path)
+    assert rebuilt.hparams.batch_size == 8 and rebuilt.position == 1
     results = trainer.test(datamodule=resumed, verbose=False)
     assert "test_loss" in results[0] and resumed.calls[-2:] == ["setup:test", "teardown:test"]
 
@@ -503,3 +505,19 @@ def test_hparams_reach_logger_and_checkpoint(tmp_path: Any) -> None:
         path = str(next((tmp_path).rglob("*.ckpt")))
     assert torch.load(path, weights_only=False)["hyper_parameters"] == {"lr": 0.01, "width": 16}
     assert math.isclose(Hyper.load_from_checkpoint(path).hparams.lr, 0.01)
+
+
+def test_fit_a_compiled_module() -> None:
+    """``trainer.fit(torch.compile(model))`` trains the Module itself, its forward compiled (Lightning's rule)."""
+    torch.manual_seed(0)
+    model = Net()
+    compiled = torch.compile(model, backend="eager")
+    trainer = Trainer(**quiet(max_epochs=1))
+    trainer.fit(compiled, loader(n=16), loader(n=8))
+    assert trainer.lightning_module is model and "forward" in vars(model)
+    torch.manual_seed(0)
+    reference = Net()
+    Trainer(**quiet(max_epochs=1)).fit(reference, loader(n=16), loader(n=8))
+    for key, value in reference.state_dict().items():
+        assert torch.equal(model.state_dict()[key], value), key
+    assert trainer.validate(compiled, loader(n=8), verbose=False)[0]["val_loss"] > 0

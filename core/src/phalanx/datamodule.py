@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.errors import MisconfigurationError
 from phalanx.hparams import HyperparametersMixin
+from phalanx.saving import restricted_classmethod
 
 if TYPE_CHECKING:
     from phalanx.trainer_view import TrainerView
@@ -83,6 +84,32 @@ class DataModule(HyperparametersMixin):
         """Restore what :meth:`state_dict` saved (called when a run resumes from a checkpoint)."""
 
     # ------------------------------------------------------------------ construction
+    @restricted_classmethod
+    def load_from_checkpoint(
+        cls,
+        checkpoint_path: Any,
+        map_location: Any = None,
+        hparams_file: Any = None,
+        weights_only: bool | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Rebuild the DataModule from the hyperparameters a checkpoint saved (and its ``state_dict``).
+
+        Args:
+            checkpoint_path: A checkpoint file or a checkpoint directory of any installed strategy.
+            map_location: Where tensors in its state go, as for ``torch.load``.
+            hparams_file: A ``.yaml``/``.csv`` file whose hyperparameters replace the checkpoint's.
+            weights_only: Load with ``torch.load(weights_only=...)`` (default True).
+            **kwargs: ``__init__`` arguments that override (or complete) the saved ones.
+
+        Raises:
+            CheckpointError: The checkpoint is missing, corrupt or unrecognised.
+            MisconfigurationError: An ``__init__`` argument is neither saved nor given.
+        """
+        from phalanx.saving import load_from_checkpoint
+
+        return load_from_checkpoint(cls, checkpoint_path, map_location, hparams_file, None, weights_only, **kwargs)
+
     @classmethod
     def from_datasets(
         cls,

@@ -39,6 +39,7 @@ __all__ = [
     "check_profiler",
     "check_sanity_steps",
     "split_datamodule",
+    "unwrap_compiled",
     "no_training_data",
     "check_bool",
     "check_callbacks",
@@ -291,6 +292,26 @@ _DATA_HOOK = {
     TrainerFn.TESTING: "test_dataloader",
     TrainerFn.PREDICTING: "predict_dataloader",
 }
+
+
+#: What ``fit(torch.compile(module))`` compiles on the Module itself (Lightning's choice).
+_COMPILED_METHODS = ("forward", "training_step", "validation_step", "test_step", "predict_step")
+
+
+def unwrap_compiled(model: Any) -> Any:
+    """``torch.compile(module)`` given to an entry point: the Module itself, with its ``forward`` and
+    step methods compiled the same way (the strategy wraps and hooks the Module, not the wrapper)."""
+    context = getattr(model, "dynamo_ctx", None)  # only torch._dynamo's OptimizedModule has one
+    if context is None or isinstance(model, Module):
+        return model
+    children = list(model.children())  # an OptimizedModule's one child is the module it compiles
+    original = children[0] if len(children) == 1 else None
+    if not isinstance(original, Module):
+        return model
+    for name in _COMPILED_METHODS:
+        if name not in vars(original):  # not compiled by an earlier call
+            setattr(original, name, context(getattr(original, name)))
+    return original
 
 
 def _check_module(model: Any, fn: str) -> None:

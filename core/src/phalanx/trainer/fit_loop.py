@@ -382,6 +382,8 @@ class FitLoop:
         self.phase = "val"
         if not self._should_validate(run, batch_idx, is_last):
             return
+        if not self.mid_accumulation:
+            run.hooks.call_module("on_validation_model_zero_grad")  # free the gradients' memory while validating
         self._rng_before_val = capture_rng(self._generators)
         try:
             run.val_loop.run(run)

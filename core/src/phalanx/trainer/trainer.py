@@ -233,12 +233,14 @@ class Trainer(TrainerProperties):
         """Train ``model``; ``ckpt_path`` (a path or ``"last"``) resumes exactly where that checkpoint left off.
 
         The data comes from ``train_dataloaders`` / ``val_dataloaders``, a ``datamodule`` (also
-        accepted in the first position), or the Module's own dataloader methods.
+        accepted in the first position), or the Module's own dataloader methods. A
+        ``torch.compile(module)`` trains ``module`` with its forward and steps compiled.
 
         Raises:
             MisconfigurationError: ``model`` is not a Module or lacks ``training_step``/``configure_optimizers``.
             CheckpointError: ``ckpt_path`` is missing, unreadable, weights-only or of another model.
         """
+        model = arguments.unwrap_compiled(model)
         train_dataloaders, datamodule = arguments.split_datamodule(train_dataloaders, datamodule)
         path = arguments.check_fit(self, model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
         loaders = {"train": train_dataloaders, "val": val_dataloaders, "datamodule": datamodule}
@@ -284,6 +286,7 @@ class Trainer(TrainerProperties):
     def _evaluate(
         self, fn: TrainerFn, model: Any, dataloaders: Any, datamodule: Any, ckpt_path: Any, options: dict[str, Any]
     ) -> Any:
+        model = arguments.unwrap_compiled(model)
         dataloaders, datamodule = arguments.split_datamodule(dataloaders, datamodule)
         model, path = arguments.check_eval(self, fn, model, dataloaders, datamodule, ckpt_path)
         return self._launch(fn, model, {"eval": dataloaders, "datamodule": datamodule}, path, options)
