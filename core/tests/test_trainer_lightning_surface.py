@@ -521,3 +521,24 @@ def test_fit_a_compiled_module() -> None:
     for key, value in reference.state_dict().items():
         assert torch.equal(model.state_dict()[key], value), key
     assert trainer.validate(compiled, loader(n=8), verbose=False)[0]["val_loss"] > 0
+
+
+def test_configure_sharded_model_is_still_called() -> None:
+    """Lightning 2.0's name of configure_model: ported code that overrides it keeps working."""
+
+    class Old(Net):
+        def __init__(self) -> None:
+            super().__init__()
+            self.head: nn.Module | None = None
+
+        def configure_sharded_model(self) -> None:
+            self.head = nn.Linear(1, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            assert self.head is not None
+            return self.head(self.net(x))
+
+    model = Old()
+    trainer = Trainer(**quiet(max_epochs=1))
+    trainer.fit(model, loader(n=8))
+    assert isinstance(model.head, nn.Linear) and trainer.global_step == 2

@@ -52,6 +52,9 @@ class ModuleHooks:
     def configure_model(self) -> None:
         """Create layers here to build them directly on the device / sharded (called every stage)."""
 
+    def configure_sharded_model(self) -> None:
+        """The name :meth:`configure_model` had before Lightning 2.1; still called (before it) when overridden."""
+
     def configure_callbacks(self) -> Any:
         """Callbacks this model needs wherever it is trained (a callback or a list); none by default.
 

@@ -70,6 +70,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook("on_load_checkpoint"),
     _module_only("prepare_data"),
     _module_only("configure_model"),
+    _module_only("configure_sharded_model"),
     _module_only("configure_callbacks"),
     Hook("on_fit_start"),
     Hook("on_sanity_check_start", module=False),

@@ -11,6 +11,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from phalanx.callbacks.callback import Callback
+from phalanx.callbacks.early_stopping import EarlyStopping
 from phalanx.callbacks.model_checkpoint import ModelCheckpoint
 from phalanx.callbacks.progress import TQDMProgressBar
 from phalanx.trainer_view import RunningStage, TrainerState
@@ -390,6 +391,17 @@ class TrainerProperties:
     def checkpoint_callback(self) -> ModelCheckpoint | None:
         """The first ModelCheckpoint, or None."""
         found = self.checkpoint_callbacks
+        return found[0] if found else None
+
+    @property
+    def early_stopping_callbacks(self) -> list[EarlyStopping]:
+        """All EarlyStopping callbacks."""
+        return [cb for cb in self.callbacks if isinstance(cb, EarlyStopping)]
+
+    @property
+    def early_stopping_callback(self) -> EarlyStopping | None:
+        """The first EarlyStopping callback, or None."""
+        found = self.early_stopping_callbacks
         return found[0] if found else None
 
     @property

@@ -197,9 +197,10 @@ def run_stage(run: Run, loaders: dict[str, Any], ckpt_path: str | None, options:
             if datamodule is not None:
                 datamodule.setup(stage)
             hooks.call("setup", stage)
-            if is_overridden("configure_model", type(module), Module):
-                with strategy.tensor_init_context(), strategy.model_sharded_context():
-                    hooks.call_module("configure_model")
+            for name in ("configure_sharded_model", "configure_model"):  # the old name first, as Lightning
+                if is_overridden(name, type(module), Module):
+                    with strategy.tensor_init_context(), strategy.model_sharded_context():
+                        hooks.call_module(name)
             _setup_data(run, loaders)
             strategy.setup(trainer)
             run.optimizers = list(strategy.optimizers)
