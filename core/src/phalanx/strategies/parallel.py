@@ -339,6 +339,12 @@ class ParallelStrategy(ParallelCollectives, Strategy):
         return self._created_process_group
 
     @property
+    def supports_inference_mode(self) -> bool:
+        """False on a gloo process group: tensors made under ``torch.inference_mode`` break its
+        collectives, so evaluation uses ``torch.no_grad`` there (as in Lightning)."""
+        return not (dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo")
+
+    @property
     def keep_process_group_after_teardown(self) -> bool:
         """Whether :meth:`teardown` leaves the group alive until exit (sharded models need it)."""
         return False

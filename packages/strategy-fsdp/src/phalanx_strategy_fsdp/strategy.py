@@ -139,6 +139,12 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
         self._device_mesh = init_device_mesh(self.root_device.type, shape, mesh_dim_names=names)
 
     @property
+    def supports_inference_mode(self) -> bool:
+        """False: FSDP2 reuses its all-gather buffers in training, and buffers made under
+        ``torch.inference_mode`` cannot be updated later; evaluation uses ``torch.no_grad``."""
+        return False
+
+    @property
     def empty_init_on_meta(self) -> bool:
         """True: ``trainer.init_module(empty_init=True)`` builds on the meta device; setup allocates
         this rank's shards and runs each layer's ``reset_parameters``."""
