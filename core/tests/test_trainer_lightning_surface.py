@@ -542,3 +542,8 @@ def test_configure_sharded_model_is_still_called() -> None:
     trainer = Trainer(**quiet(max_epochs=1))
     trainer.fit(model, loader(n=8))
     assert isinstance(model.head, nn.Linear) and trainer.global_step == 2
+
+
+def test_time_based_validation_interval_is_refused_with_the_alternative() -> None:
+    with pytest.raises(MisconfigurationError, match=r"time-based validation is not implemented.*val_check_interval=500"):
+        Trainer(val_check_interval="00:00:30:00")

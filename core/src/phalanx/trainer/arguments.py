@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from phalanx.errors import MisconfigurationError
@@ -114,6 +115,13 @@ def check_val_check_interval(value: Any) -> int | float:
         return int(value)
     if isinstance(value, float) and 0.0 < value <= 1.0:
         return value
+    if isinstance(value, (str, dict, timedelta)):
+        raise _fail(
+            "val_check_interval",
+            value,
+            "a fraction of an epoch or a number of training batches (time-based validation is not implemented)",
+            "pass a batch count, e.g. val_check_interval=500, or validate from a callback on a timer",
+        )
     raise _fail(
         "val_check_interval",
         value,
