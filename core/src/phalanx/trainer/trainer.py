@@ -29,6 +29,7 @@ from phalanx.trainer.run import Run
 from phalanx.trainer.stage import run_stage
 from phalanx.trainer.strategy_resolution import resolve_strategy
 from phalanx.trainer_view import RunningStage, TrainerFn, TrainerState
+from phalanx.utilities.rank_zero import rank_zero_info
 
 __all__ = ["Trainer"]
 
@@ -151,7 +152,7 @@ class Trainer(TrainerProperties):
         user_callbacks = arguments.check_callbacks(callbacks)
         if self.config.fast_dev_run:
             logger = False  # a fast_dev_run writes nothing: no logs, and ModelCheckpoint skips saving
-            builtins.print(
+            rank_zero_info(
                 f"Running in fast_dev_run mode: each loop runs {self.config.fast_dev_run} batch(es); "
                 "logging and checkpointing are off."
             )
