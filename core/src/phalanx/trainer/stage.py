@@ -21,8 +21,8 @@ from phalanx.errors import MisconfigurationError
 from phalanx.hparams import hparams_to_log
 from phalanx.module import Module
 from phalanx.trainer import checkpointing
-from phalanx.trainer.arguments import no_training_data
 from phalanx.trainer.data import resolve_loaders
+from phalanx.trainer.entry_points import no_training_data
 from phalanx.trainer.step import StepOptimizer
 from phalanx.trainer_view import TrainerFn
 from phalanx.utilities.model_helpers import is_overridden

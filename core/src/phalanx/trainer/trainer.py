@@ -17,7 +17,7 @@ from typing import Any
 
 from phalanx.callbacks.callback import Callback
 from phalanx.errors import MisconfigurationError
-from phalanx.trainer import arguments, checkpointing
+from phalanx.trainer import arguments, checkpointing, entry_points
 from phalanx.trainer.config import TrainerConfig
 from phalanx.trainer.evaluation_loop import EvaluationLoop
 from phalanx.trainer.fit_loop import FitLoop
@@ -241,9 +241,9 @@ class Trainer(TrainerProperties):
             MisconfigurationError: ``model`` is not a Module or lacks ``training_step``/``configure_optimizers``.
             CheckpointError: ``ckpt_path`` is missing, unreadable, weights-only or of another model.
         """
-        model = arguments.unwrap_compiled(model)
-        train_dataloaders, datamodule = arguments.split_datamodule(train_dataloaders, datamodule)
-        path = arguments.check_fit(self, model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
+        model = entry_points.unwrap_compiled(model)
+        train_dataloaders, datamodule = entry_points.split_datamodule(train_dataloaders, datamodule)
+        path = entry_points.check_fit(self, model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
         loaders = {"train": train_dataloaders, "val": val_dataloaders, "datamodule": datamodule}
         self._launch(TrainerFn.FITTING, model, loaders, path, {})
 
@@ -287,9 +287,9 @@ class Trainer(TrainerProperties):
     def _evaluate(
         self, fn: TrainerFn, model: Any, dataloaders: Any, datamodule: Any, ckpt_path: Any, options: dict[str, Any]
     ) -> Any:
-        model = arguments.unwrap_compiled(model)
-        dataloaders, datamodule = arguments.split_datamodule(dataloaders, datamodule)
-        model, path = arguments.check_eval(self, fn, model, dataloaders, datamodule, ckpt_path)
+        model = entry_points.unwrap_compiled(model)
+        dataloaders, datamodule = entry_points.split_datamodule(dataloaders, datamodule)
+        model, path = entry_points.check_eval(self, fn, model, dataloaders, datamodule, ckpt_path)
         return self._launch(fn, model, {"eval": dataloaders, "datamodule": datamodule}, path, options)
 
     def _launch(
