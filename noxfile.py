@@ -26,7 +26,15 @@ TEST_DEPS = ["pytest>=7", "pytest-timeout>=2"]
 
 nox.options.default_venv_backend = "virtualenv"
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["tests-core", *[f"tests-{p}" for p in PACKAGES], "integration", "xla", "lightning", "lint", "docs"]
+nox.options.sessions = [
+    "tests-core",
+    *[f"tests-{p}" for p in PACKAGES],
+    "integration",
+    "xla",
+    "lightning",
+    "lint",
+    "docs",
+]
 #: The documentation toolchain; the API reference is read from the sources (griffe), so no torch;
 #: ruff is mkdocstrings' signature formatter (without it signatures print as one long line).
 DOCS_DEPS = ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10", "mkdocstrings[python]>=0.26", "ruff"]
@@ -47,9 +55,7 @@ def _install_torch(session: nox.Session) -> None:
             shutil.rmtree(shared)
         session.run("python", "-m", "pip", "install", "--quiet", "--target", str(shared), TORCH)
         complete.touch()
-    purelib = session.run(
-        "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True
-    )
+    purelib = session.run("python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True)
     assert isinstance(purelib, str)
     Path(purelib.strip(), "_shared_torch.pth").write_text(f"{shared}\n")
 
@@ -69,9 +75,10 @@ def _pytest(session: nox.Session, *paths: str, env: dict[str, str] | None = None
 
 @nox.session(name="tests-core")
 def tests_core(session: nox.Session) -> None:
-    """Core unit tests: registries, discovery, contracts, Trainer on one device."""
+    """Core unit tests: registries, discovery, contracts, Trainer on one device, with every optional
+    backend installed (logger backends, jsonargparse, matplotlib, rich) so each is tested for real."""
     _install_torch(session)
-    session.install("./core", *TEST_DEPS)
+    session.install("./core[all]", *TEST_DEPS)
     _pytest(session, "core/tests")
 
 
@@ -95,7 +102,8 @@ def integration(session: nox.Session) -> None:
     """Everything installed together, plus the test plugin and the example vendor package (its
     own distribution, tested as its vendor would): discovery and end-to-end runs."""
     _install_torch(session)
-    session.install("./core", *TEST_DEPS)
+    # tensorboard: the Lightning scripts of tests/lightning log to TensorBoard
+    session.install("./core[tensorboard]", *TEST_DEPS)
     for name in PACKAGES:
         _install_package(session, name)
     session.install("./tests/plugins/phalanx-testplugin", "./examples/vendor-strategy")
@@ -124,7 +132,7 @@ def lightning(session: nox.Session) -> None:
     of both is printed side by side (tools/lightning_surface.py).
     """
     _install_torch(session)
-    session.install("./core", LIGHTNING, *TEST_DEPS)
+    session.install("./core[tensorboard]", LIGHTNING, *TEST_DEPS)
     _pytest(session, "tests/lightning/test_under_lightning.py", env={"PHALANX_REQUIRE_LIGHTNING": "1"})
     session.run("python", "tools/lightning_surface.py")
 

@@ -20,7 +20,7 @@ def test_installed_test_plugin_is_listed_by_the_cli() -> None:
     rows = {row["name"]: row for row in json.loads(_cli("strategies", "--json").stdout)}
     row = rows["counting_single_device"]
     assert row["distribution"] == "phalanx-testplugin"
-    assert row["version"] == "0.3.1"
+    assert row["version"] == "0.4.0"
     assert row["plugin"] == "testplugin"
     assert row["available"] is True
     plugins = {p["entry_point"]: p for p in json.loads(_cli("plugins", "--json").stdout)}

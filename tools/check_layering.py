@@ -52,7 +52,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                                     "phalanx.datamodule", "phalanx.profilers", "phalanx.saving",
                                     "phalanx._module_export")),
     ("trainer", ("phalanx.trainer",)),
-    ("tools and façades", ("phalanx._builtin", "phalanx.testing", "phalanx._cli", "phalanx.cli",
+    ("tools and façades", ("phalanx._builtin", "phalanx.testing", "phalanx._cli", "phalanx.cli", "phalanx.tuner",
                            "phalanx.utilities", "phalanx.__init__")),
 )  # fmt: skip
 

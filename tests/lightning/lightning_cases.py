@@ -46,6 +46,7 @@ CASES = {
     "autoencoder-ddp-2": Case("autoencoder.py", ("--strategy", "ddp", "--devices", "2")),
     "autoencoder-fsdp-2": Case("autoencoder.py", ("--strategy", "fsdp", "--devices", "2")),
     "tensor_parallel-dp2-tp2": Case("tensor_parallel_llama.py", ("--data-parallel", "2", "--tensor-parallel", "2")),
+    "early_stopping_loggers-ddp-2": Case("early_stopping_loggers.py", ("--strategy", "ddp", "--devices", "2")),
 }
 
 
@@ -90,6 +91,7 @@ def check(case: Case, script: Path, result: dict[str, Any], workdir: Path) -> No
         "bug_report_model.py": _check_bug_report,
         "autoencoder.py": _check_autoencoder,
         "tensor_parallel_llama.py": _check_tensor_parallel,
+        "early_stopping_loggers.py": _check_early_stopping_loggers,
     }
     checks[case.script](load_script(script), result, workdir)
 
@@ -214,3 +216,48 @@ def _check_tensor_parallel(script: ModuleType, result: dict[str, Any], workdir: 
     assert result["losses"][-1] < result["losses"][0] - 0.3, result["losses"]
     checksum = float(sum(value.double().sum() for value in model.state_dict().values()))
     assert math.isclose(result["checksum"], checksum, rel_tol=1e-4, abs_tol=1e-3), (result["checksum"], checksum)
+
+
+def _check_early_stopping_loggers(script: ModuleType, result: dict[str, Any], workdir: Path) -> None:
+    """The stop, the learning rates and the scores, as TensorBoard's reader and the csv module read them."""
+    import csv
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    # epochs 0-2 improve; SPOIL_EPOCH and the next are worse: patience 2 runs out after epoch 4
+    stop = script.SPOIL_EPOCH + script.PATIENCE - 1
+    assert (result["world_size"], result["stopped_epoch"], result["should_stop"]) == (2, stop, True), result
+    assert result["current_epoch"] == stop + 1, result
+    steps_per_epoch = script.SAMPLES // (8 * result["world_size"])
+    assert result["global_step"] == (stop + 1) * steps_per_epoch, result
+
+    events = EventAccumulator(result["tensorboard_dir"])
+    events.Reload()
+    scalars = {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    val = [value for _, value in scalars["val_loss"]]
+    assert len(val) == stop + 1, scalars["val_loss"]
+    assert max(val[: script.SPOIL_EPOCH]) < script.PENALTY < val[script.SPOIL_EPOCH] < val[stop], val
+    # LearningRateMonitor(logging_interval="epoch"): StepLR scales the rate by 0.8 every epoch
+    lrs = [value for _, value in scalars["lr-SGD"]]
+    expected_lrs = [script.LR * 0.8**epoch for epoch in range(stop + 1)]
+    assert len(lrs) == len(expected_lrs) and all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(lrs, expected_lrs)), (
+        lrs
+    )
+    # ModelCheckpoint(save_top_k=2) kept the two best epochs
+    ranked = sorted(range(len(val)), key=lambda epoch: val[epoch])[:2]
+    assert math.isclose(result["best_score"], min(val), rel_tol=1e-6), (result, val)
+    assert sorted(name.split("-")[0] for name in result["best_k"]) == sorted(f"epoch={e}" for e in ranked), result
+
+    with open(Path(result["csv_dir"]) / "metrics.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    csv_val = [float(row["val_loss"]) for row in rows if row.get("val_loss")]
+    assert len(csv_val) == len(val) and all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(csv_val, val)), (
+        csv_val,
+        val,
+    )
+    csv_lrs = [float(row["lr-SGD"]) for row in rows if row.get("lr-SGD")]
+    assert len(csv_lrs) == len(lrs) and all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(csv_lrs, lrs)), csv_lrs
+    train_steps = [int(row["step"]) for row in rows if row.get("train_loss_step")]
+    assert train_steps == list(range(1, result["global_step"], 2)), train_steps  # log_every_n_steps=2
+    hparams = (Path(result["csv_dir"]) / "hparams.yaml").read_text(encoding="utf-8")
+    assert f"lr: {script.LR}" in hparams, hparams

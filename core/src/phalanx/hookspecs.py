@@ -73,6 +73,24 @@ def phalanx_register_cluster_environments(registry: Registry) -> None:
     """Register cluster environments; the built-in detector tries each one's ``detect()``."""
 
 
+@hookspec
+def phalanx_register_callbacks(registry: Registry) -> None:
+    """Register callback names, e.g. ``registry.register("early_stopping", "pkg.cb:EarlyStopping", monitor="val_loss")``.
+
+    ``Trainer(callbacks=["early_stopping"])`` builds ``target(**init_params)``; a name whose
+    target needs arguments the user must choose should register sensible defaults for them.
+    """
+
+
+@hookspec
+def phalanx_register_loggers(registry: Registry) -> None:
+    """Register logger names (``"csv"``, ``"tensorboard"`` ...).
+
+    ``Trainer(logger="tensorboard")`` builds ``target(save_dir=default_root_dir, **init_params)``,
+    so a logger class takes ``save_dir`` as Lightning's loggers do.
+    """
+
+
 @hookspec(firstresult=True)
 def phalanx_select_accelerator() -> str | None:
     """Name the accelerator that ``accelerator="auto"`` means here, or ``None`` to pass."""

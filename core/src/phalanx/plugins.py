@@ -24,8 +24,10 @@ from phalanx import _metadata, hookspecs
 from phalanx.errors import MisconfigurationError, PhalanxError, PluginHookError, closest_match
 from phalanx.registry import (
     AcceleratorRegistry,
+    CallbackRegistry,
     CheckpointIORegistry,
     ClusterEnvironmentRegistry,
+    LoggerRegistry,
     PluginSource,
     PrecisionRegistry,
     Registry,
@@ -62,6 +64,8 @@ REGISTRATION_HOOKS: dict[str, Registry] = {
     "phalanx_register_precisions": PrecisionRegistry,
     "phalanx_register_checkpoint_io": CheckpointIORegistry,
     "phalanx_register_cluster_environments": ClusterEnvironmentRegistry,
+    "phalanx_register_callbacks": CallbackRegistry,
+    "phalanx_register_loggers": LoggerRegistry,
 }
 
 
@@ -232,7 +236,9 @@ def _describe_unknown_hooks(manager: pluggy.PluginManager, module: ModuleType, n
         for caller in manager.get_hookcallers(module) or []
         if not caller.has_spec() and any(i.plugin is module and not i.optionalhook for i in caller.get_hookimpls())
     ]
-    hints = [f"{n!r} (did you mean {closest_match(n, known)!r}?)" if closest_match(n, known) else repr(n) for n in unknown]
+    hints = [
+        f"{n!r} (did you mean {closest_match(n, known)!r}?)" if closest_match(n, known) else repr(n) for n in unknown
+    ]
     return (
         f"implements unknown hook(s) {', '.join(hints)}; valid hooks: {', '.join(known)}; fix: rename it to the hook "
         "meant, or mark it @hookimpl(optionalhook=True) if it is meant for a newer phalanx-core"

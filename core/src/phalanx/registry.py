@@ -292,7 +292,9 @@ class Registry:
             source, why = unloaded
             parts.append(f"{name!r} would come from {_describe(source)}, which is not loaded: {why}.")
         elif distribution is not None:
-            parts.append(f"{name!r} is provided by {distribution}, which is not installed; fix: {install_hint(distribution)}.")
+            parts.append(
+                f"{name!r} is provided by {distribution}, which is not installed; fix: {install_hint(distribution)}."
+            )
         else:
             match = closest_match(text, choices)
             if match is not None:
@@ -361,6 +363,10 @@ AcceleratorRegistry = Registry("accelerator")
 PrecisionRegistry = Registry("precision")
 CheckpointIORegistry = Registry("checkpoint IO")
 ClusterEnvironmentRegistry = Registry("cluster environment")
+#: Callbacks by name: ``Trainer(callbacks=["early_stopping"])`` builds the registered class.
+CallbackRegistry = Registry("callback")
+#: Loggers by name: ``Trainer(logger="tensorboard")`` builds the registered class under ``default_root_dir``.
+LoggerRegistry = Registry("logger")
 #: Every global registry; ``phalanx`` (the package) arms each with plugin discovery.
 GLOBAL_REGISTRIES: tuple[Registry, ...] = (
     StrategyRegistry,
@@ -368,4 +374,6 @@ GLOBAL_REGISTRIES: tuple[Registry, ...] = (
     PrecisionRegistry,
     CheckpointIORegistry,
     ClusterEnvironmentRegistry,
+    CallbackRegistry,
+    LoggerRegistry,
 )

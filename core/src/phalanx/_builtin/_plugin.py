@@ -21,8 +21,10 @@ __all__ = [
     "phalanx_detect_cluster_environment",
     "phalanx_estimate_memory",
     "phalanx_register_accelerators",
+    "phalanx_register_callbacks",
     "phalanx_register_checkpoint_io",
     "phalanx_register_cluster_environments",
+    "phalanx_register_loggers",
     "phalanx_register_precisions",
     "phalanx_register_strategies",
     "phalanx_select_accelerator",
@@ -84,6 +86,56 @@ def phalanx_register_cluster_environments(registry: Registry) -> None:
         "torchelastic", "phalanx.environments.torchelastic:TorchElasticEnvironment", "Launched by torchrun"
     )
     registry.register("slurm", "phalanx.environments.slurm:SLURMEnvironment", "Launched by srun in a SLURM job")
+
+
+#: The built-in callbacks by name: (name, "module:Class" under phalanx.callbacks, description, requirements).
+#: Names are the class names in snake_case; ``Trainer(callbacks=["early_stopping"])`` builds one with
+#: Lightning's defaults (plus those in ``_CALLBACK_DEFAULTS``). A callback whose arguments have no
+#: sensible default (LambdaCallback, BaseFinetuning, BasePredictionWriter) is not registered.
+_CALLBACKS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("model_checkpoint", "model_checkpoint:ModelCheckpoint", "Save checkpoints; keep the best k and last", ()),
+    ("early_stopping", "early_stopping:EarlyStopping", "Stop when val_loss stops improving (ranks agree)", ()),
+    ("learning_rate_monitor", "lr_monitor:LearningRateMonitor", "Log each optimizer's learning rate", ()),
+    ("model_summary", "model_summary:ModelSummary", "Print the layers and parameter counts at fit start", ()),
+    ("rich_model_summary", "rich_model_summary:RichModelSummary", "ModelSummary as a rich table", ("rich>=12",)),
+    ("tqdm_progress_bar", "progress:TQDMProgressBar", "Progress bars with tqdm", ()),
+    ("rich_progress_bar", "rich_progress:RichProgressBar", "Progress bars with rich", ("rich>=12",)),
+    ("timer", "timer:Timer", "Measure each stage's time; stop fit after a duration", ()),
+    ("throughput_monitor", "throughput_monitor:ThroughputMonitor", "Samples/s, FLOP/s and MFU", ()),
+    ("device_stats_monitor", "device_stats_monitor:DeviceStatsMonitor", "Log the accelerator's memory and use", ()),
+    ("spike_detection", "spike_detection:SpikeDetection", "Stop on a loss spike (ranks agree)", ()),
+    ("stochastic_weight_averaging", "stochastic_weight_avg:StochasticWeightAveraging", "SWA over the last epochs", ()),
+    ("ema_weight_averaging", "weight_averaging:EMAWeightAveraging", "Exponential moving average of the weights", ()),
+    ("on_exception_checkpoint", "on_exception_checkpoint:OnExceptionCheckpoint", "Checkpoint when fit raises", ()),
+    ("learning_rate_finder", "lr_finder:LearningRateFinder", "Search a learning rate at fit start", ()),
+    ("batch_size_finder", "batch_size_finder:BatchSizeFinder", "Search the largest batch size at fit start", ()),
+)
+_CALLBACK_DEFAULTS: dict[str, dict[str, Any]] = {
+    "early_stopping": {"monitor": "val_loss"},
+    "stochastic_weight_averaging": {"swa_lrs": 1e-2},
+    "on_exception_checkpoint": {"dirpath": "checkpoints"},
+}
+
+
+@hookimpl
+def phalanx_register_callbacks(registry: Registry) -> None:
+    for name, target, description, requires in _CALLBACKS:
+        params = _CALLBACK_DEFAULTS.get(name, {})
+        registry.register(name, f"phalanx.callbacks.{target}", description, requires=requires, **params)
+
+
+@hookimpl
+def phalanx_register_loggers(registry: Registry) -> None:
+    registry.register("csv", "phalanx.loggers.csv_logs:CSVLogger", "metrics.csv and hparams.yaml")
+    registry.register(
+        "tensorboard",
+        "phalanx.loggers.tensorboard:TensorBoardLogger",
+        "TensorBoard event files",
+        requires=("tensorboard>=2.9",),
+    )
+    # No requirement line: both the mlflow and mlflow-skinny distributions provide the module.
+    registry.register("mlflow", "phalanx.loggers.mlflow:MLFlowLogger", "An MLflow tracking store (file: or server)")
+    registry.register("wandb", "phalanx.loggers.wandb:WandbLogger", "Weights & Biases runs", requires=("wandb>=0.16",))
 
 
 @hookimpl(trylast=True)

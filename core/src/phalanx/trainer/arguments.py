@@ -158,32 +158,46 @@ def _as_list(value: Any) -> list[Any]:
 
 
 def check_callbacks(value: Any) -> list[Any]:
-    """A Callback or a list of them."""
+    """A Callback, a registered callback name, or a list of them; names become instances here."""
     from phalanx.callbacks.callback import Callback
+    from phalanx.registry import CallbackRegistry
 
-    callbacks = _as_list(value)
+    callbacks = [CallbackRegistry.get(item) if isinstance(item, str) else item for item in _as_list(value)]
     for item in callbacks:
         if not isinstance(item, Callback):
             raise _fail(
                 "callbacks",
                 value,
-                "a phalanx.callbacks.Callback or a list of them",
+                f"a phalanx.callbacks.Callback, a registered name ({', '.join(CallbackRegistry.names())}) or a list of them",
                 f"subclass phalanx.callbacks.Callback (got an item of type {type(item).__name__})",
             )
     return callbacks
 
 
 def check_loggers(value: Any, root_dir: str) -> list[Any]:
-    """True (a CSVLogger under ``default_root_dir``), False/None, a Logger or a list of Loggers."""
+    """True (a CSVLogger under ``default_root_dir``), False/None, a Logger, a registered logger name, or a list.
+
+    A name builds the registered logger with ``save_dir=root_dir``, so ``logger="tensorboard"``
+    writes where ``logger=True`` would.
+    """
     from phalanx.loggers import CSVLogger, Logger
+    from phalanx.registry import LoggerRegistry
 
     if value is True:
         return [CSVLogger(root_dir)]
     if value is False or value is None:
         return []
-    loggers = _as_list(value) if isinstance(value, (list, tuple, Logger)) else None
+    items = _as_list(value) if isinstance(value, (list, tuple, Logger, str)) else None
+    loggers = (
+        None
+        if items is None
+        else [LoggerRegistry.get(i, save_dir=root_dir) if isinstance(i, str) else i for i in items]
+    )
     if loggers is None or not all(isinstance(item, Logger) for item in loggers):
-        raise _fail("logger", value, "True, False, a phalanx.loggers.Logger or a list of them", "pass logger=True")
+        choices = (
+            f"True, False, a phalanx.loggers.Logger, a registered name ({', '.join(LoggerRegistry.names())}) or a list"
+        )
+        raise _fail("logger", value, choices, "pass logger=True")
     return loggers
 
 
@@ -216,11 +230,16 @@ def check_profiler(value: Any) -> Any:
         return resolve_profiler(value)
     except MisconfigurationError as error:
         raise _fail(
-            "profiler", value, "None, 'simple', 'advanced', 'pytorch' or a phalanx.profilers.Profiler", "pass profiler='simple'"
+            "profiler",
+            value,
+            "None, 'simple', 'advanced', 'pytorch' or a phalanx.profilers.Profiler",
+            "pass profiler='simple'",
         ) from error
 
 
-def add_default_callbacks(callbacks: list[Any], checkpointing_on: bool, bar_on: bool, config: TrainerConfig) -> list[Any]:
+def add_default_callbacks(
+    callbacks: list[Any], checkpointing_on: bool, bar_on: bool, config: TrainerConfig
+) -> list[Any]:
     """Add the default progress bar / model summary / ModelCheckpoint (and a Timer for ``max_time``);
     put checkpointing callbacks last.
 
@@ -249,7 +268,9 @@ def add_default_callbacks(callbacks: list[Any], checkpointing_on: bool, bar_on: 
         callbacks.append(TQDMProgressBar())
     if config.max_time is not None:
         if any(isinstance(cb, Timer) for cb in callbacks):
-            warnings.warn("Trainer(max_time=...) is ignored: callbacks already hold a Timer, which decides.", stacklevel=3)
+            warnings.warn(
+                "Trainer(max_time=...) is ignored: callbacks already hold a Timer, which decides.", stacklevel=3
+            )
         else:
             callbacks.append(Timer(duration=config.max_time, interval="step"))
     if checkpointing_on and not has_ckpt:
@@ -388,7 +409,9 @@ def build_config(
     steps = int(check_int("max_steps", max_steps, minimum=-1, example=1000))  # type: ignore[arg-type]
     epochs = check_max_epochs(max_epochs)
     duration = check_max_time(max_time)
-    clip_val, clip_algorithm = check_clip(gradient_clip_val, "norm" if gradient_clip_algorithm is None else gradient_clip_algorithm)
+    clip_val, clip_algorithm = check_clip(
+        gradient_clip_val, "norm" if gradient_clip_algorithm is None else gradient_clip_algorithm
+    )
     batch_limits = {f"limit_{stage}_batches": check_limit(f"limit_{stage}_batches", limits[stage]) for stage in limits}
     overfit = check_overfit(overfit_batches)
     if overfit > 0:
@@ -411,7 +434,9 @@ def build_config(
         accumulate_grad_batches=int(check_int("accumulate_grad_batches", accumulate_grad_batches, minimum=1)),  # type: ignore[arg-type]
         gradient_clip_val=clip_val,
         gradient_clip_algorithm=clip_algorithm,
-        log_every_n_steps=int(check_int("log_every_n_steps", 50 if log_every_n_steps is None else log_every_n_steps, minimum=1)),  # type: ignore[arg-type]
+        log_every_n_steps=int(
+            check_int("log_every_n_steps", 50 if log_every_n_steps is None else log_every_n_steps, minimum=1)
+        ),  # type: ignore[arg-type]
         use_distributed_sampler=check_bool("use_distributed_sampler", use_distributed_sampler),
         sync_batchnorm=check_bool("sync_batchnorm", sync_batchnorm),
         deterministic=check_deterministic(False if deterministic is None else deterministic),

@@ -17,4 +17,18 @@ def phalanx_register_strategies(registry):  # type: ignore[no-untyped-def]
 
 @hookimpl
 def phalanx_register_checkpoint_io(registry):  # type: ignore[no-untyped-def]
-    registry.register("counting_torch", "phalanx_testplugin.strategy:CountingCheckpointIO", "torch IO that counts saves")
+    registry.register(
+        "counting_torch", "phalanx_testplugin.strategy:CountingCheckpointIO", "torch IO that counts saves"
+    )
+
+
+@hookimpl
+def phalanx_register_callbacks(registry):  # type: ignore[no-untyped-def]
+    registry.register(
+        "step_journal", "phalanx_testplugin.observers:StepJournal", "Journal of training steps (test plugin)"
+    )
+
+
+@hookimpl
+def phalanx_register_loggers(registry):  # type: ignore[no-untyped-def]
+    registry.register("jsonl", "phalanx_testplugin.observers:JSONLinesLogger", "Metrics as JSON lines (test plugin)")
