@@ -84,3 +84,19 @@ def test_runtime_registration_from_user_code(tmp_path: Path) -> None:
         assert checkpoint.save_top_k == -1
     finally:
         CallbackRegistry.remove("my_checkpoint")
+
+
+def test_every_builtin_name_builds_its_class(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from phalanx.callbacks import Callback
+    from phalanx.loggers import Logger
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3.x keeps its file store behind this switch
+    for name in CallbackRegistry.names():
+        if CallbackRegistry.entry(name).source.plugin == "builtin":
+            assert isinstance(CallbackRegistry.get(name), Callback), name
+    for name in LoggerRegistry.names():
+        if LoggerRegistry.entry(name).source.plugin == "builtin":
+            logger = LoggerRegistry.get(name, save_dir=str(tmp_path))
+            assert isinstance(logger, Logger), name
+            assert type(logger).__name__.lower().startswith(name[:3]), (name, type(logger))

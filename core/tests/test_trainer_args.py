@@ -34,7 +34,7 @@ BAD_ARGUMENTS = [
     ("plugins", "nope"),
     ("callbacks", "cb"),
     ("callbacks", [object()]),
-    ("logger", "csv"),
+    ("logger", "no_such_logger"),
     ("logger", 5),
     ("max_epochs", -2),
     ("max_epochs", 1.5),

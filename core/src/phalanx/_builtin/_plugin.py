@@ -91,7 +91,8 @@ def phalanx_register_cluster_environments(registry: Registry) -> None:
 #: The built-in callbacks by name: (name, "module:Class" under phalanx.callbacks, description, requirements).
 #: Names are the class names in snake_case; ``Trainer(callbacks=["early_stopping"])`` builds one with
 #: Lightning's defaults (plus those in ``_CALLBACK_DEFAULTS``). A callback whose arguments have no
-#: sensible default (LambdaCallback, BaseFinetuning, BasePredictionWriter) is not registered.
+#: sensible default (LambdaCallback, BaseFinetuning, BasePredictionWriter, ThroughputMonitor's
+#: ``batch_size_fn``) is not registered: pass an instance.
 _CALLBACKS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("model_checkpoint", "model_checkpoint:ModelCheckpoint", "Save checkpoints; keep the best k and last", ()),
     ("early_stopping", "early_stopping:EarlyStopping", "Stop when val_loss stops improving (ranks agree)", ()),
@@ -101,7 +102,6 @@ _CALLBACKS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("tqdm_progress_bar", "progress:TQDMProgressBar", "Progress bars with tqdm", ()),
     ("rich_progress_bar", "rich_progress:RichProgressBar", "Progress bars with rich", ("rich>=12",)),
     ("timer", "timer:Timer", "Measure each stage's time; stop fit after a duration", ()),
-    ("throughput_monitor", "throughput_monitor:ThroughputMonitor", "Samples/s, FLOP/s and MFU", ()),
     ("device_stats_monitor", "device_stats_monitor:DeviceStatsMonitor", "Log the accelerator's memory and use", ()),
     ("spike_detection", "spike_detection:SpikeDetection", "Stop on a loss spike (ranks agree)", ()),
     ("stochastic_weight_averaging", "stochastic_weight_avg:StochasticWeightAveraging", "SWA over the last epochs", ()),

@@ -157,12 +157,30 @@ def _as_list(value: Any) -> list[Any]:
     return [value]
 
 
+def _named(argument: str, value: Any, registry: Any, name: str, **params: Any) -> Any:
+    """Build the registered ``name``; an unknown one names the Trainer argument as well as the choices."""
+    from phalanx.errors import UnknownNameError
+
+    try:
+        return registry.get(name, **params)
+    except UnknownNameError as err:
+        msg = f"Trainer({argument}={value!r}): {err}"
+        raise UnknownNameError(msg) from None
+
+
+def check_positive_int(name: str, value: Any) -> int:
+    """An int >= 1 (``check_int`` returns None only when None is allowed, which it is not here)."""
+    checked = check_int(name, value, minimum=1)
+    assert checked is not None
+    return int(checked)
+
+
 def check_callbacks(value: Any) -> list[Any]:
     """A Callback, a registered callback name, or a list of them; names become instances here."""
     from phalanx.callbacks.callback import Callback
     from phalanx.registry import CallbackRegistry
 
-    callbacks = [CallbackRegistry.get(item) if isinstance(item, str) else item for item in _as_list(value)]
+    callbacks = [_named("callbacks", value, CallbackRegistry, i) if isinstance(i, str) else i for i in _as_list(value)]
     for item in callbacks:
         if not isinstance(item, Callback):
             raise _fail(
@@ -188,11 +206,11 @@ def check_loggers(value: Any, root_dir: str) -> list[Any]:
     if value is False or value is None:
         return []
     items = _as_list(value) if isinstance(value, (list, tuple, Logger, str)) else None
-    loggers = (
-        None
-        if items is None
-        else [LoggerRegistry.get(i, save_dir=root_dir) if isinstance(i, str) else i for i in items]
-    )
+    loggers = None
+    if items is not None:
+        loggers = [
+            _named("logger", value, LoggerRegistry, i, save_dir=root_dir) if isinstance(i, str) else i for i in items
+        ]
     if loggers is None or not all(isinstance(item, Logger) for item in loggers):
         choices = (
             f"True, False, a phalanx.loggers.Logger, a registered name ({', '.join(LoggerRegistry.names())}) or a list"
@@ -246,20 +264,21 @@ def add_default_callbacks(
     Checkpointing runs after every other callback so the state it saves is final for the step.
 
     Raises:
-        MisconfigurationError: A ModelCheckpoint/TQDMProgressBar given while its flag is False.
+        MisconfigurationError: A ModelCheckpoint/progress bar given while its flag is False.
     """
     from phalanx.callbacks.model_checkpoint import ModelCheckpoint
     from phalanx.callbacks.model_summary import ModelSummary
     from phalanx.callbacks.progress import TQDMProgressBar
+    from phalanx.callbacks.progress_bar import ProgressBar
     from phalanx.callbacks.timer import Timer
 
     has_ckpt = any(isinstance(cb, ModelCheckpoint) for cb in callbacks)
-    has_bar = any(isinstance(cb, TQDMProgressBar) for cb in callbacks)
+    has_bar = any(isinstance(cb, ProgressBar) for cb in callbacks)
     if has_ckpt and not checkpointing_on:
         msg = "Trainer(enable_checkpointing=False) conflicts with the ModelCheckpoint in callbacks; drop one of them."
         raise MisconfigurationError(msg)
     if has_bar and not bar_on:
-        msg = "Trainer(enable_progress_bar=False) conflicts with the TQDMProgressBar in callbacks; drop one of them."
+        msg = "Trainer(enable_progress_bar=False) conflicts with the progress bar in callbacks; drop one of them."
         raise MisconfigurationError(msg)
     callbacks = list(callbacks)
     if config.enable_model_summary and not any(isinstance(cb, ModelSummary) for cb in callbacks):
@@ -434,9 +453,7 @@ def build_config(
         accumulate_grad_batches=int(check_int("accumulate_grad_batches", accumulate_grad_batches, minimum=1)),  # type: ignore[arg-type]
         gradient_clip_val=clip_val,
         gradient_clip_algorithm=clip_algorithm,
-        log_every_n_steps=int(
-            check_int("log_every_n_steps", 50 if log_every_n_steps is None else log_every_n_steps, minimum=1)
-        ),  # type: ignore[arg-type]
+        log_every_n_steps=check_positive_int("log_every_n_steps", 50 if log_every_n_steps is None else log_every_n_steps),
         use_distributed_sampler=check_bool("use_distributed_sampler", use_distributed_sampler),
         sync_batchnorm=check_bool("sync_batchnorm", sync_batchnorm),
         deterministic=check_deterministic(False if deterministic is None else deterministic),

@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.callbacks.callback import Callback
 from phalanx.callbacks.early_stopping import EarlyStopping
+from phalanx.callbacks.gradient_accumulation_scheduler import GradientAccumulationScheduler
 from phalanx.callbacks.model_checkpoint import ModelCheckpoint
-from phalanx.callbacks.progress import TQDMProgressBar
+from phalanx.callbacks.progress_bar import ProgressBar
+from phalanx.errors import MisconfigurationError
 from phalanx.trainer_view import RunningStage, TrainerState
 
 if TYPE_CHECKING:
@@ -80,7 +82,6 @@ class TrainerProperties:
     limit_predict_batches = _config_property("limit_predict_batches", "Predict batches (fraction or count).")
     val_check_interval = _config_property("val_check_interval", "Validate every N batches or fraction of an epoch.")
     check_val_every_n_epoch = _config_property("check_val_every_n_epoch", "Validate every N epochs.")
-    accumulate_grad_batches = _config_property("accumulate_grad_batches", "Batches per optimizer step.")
     gradient_clip_val = _config_property("gradient_clip_val", "Clip gradients to this norm/value (None: off).")
     gradient_clip_algorithm = _config_property("gradient_clip_algorithm", "'norm' or 'value'.")
     log_every_n_steps = _config_property("log_every_n_steps", "How often step metrics go to the loggers.")
@@ -99,6 +100,25 @@ class TrainerProperties:
     )
     inference_mode = _config_property("inference_mode", "Evaluate under torch.inference_mode (else no_grad).")
     barebones = _config_property("barebones", "Whether everything that costs time (logging, checkpoints, bars) is off.")
+
+    @property
+    def accumulate_grad_batches(self) -> int:
+        """Batches per optimizer step in the epoch running now (``Trainer(accumulate_grad_batches)`` at start)."""
+        if self.fit_loop.dataloader is None:  # no fit set up yet: what the Trainer was given
+            return self.config.accumulate_grad_batches
+        return self.fit_loop.accumulate_grad_batches
+
+    @accumulate_grad_batches.setter
+    def accumulate_grad_batches(self, value: int) -> None:
+        """Change accumulation from the next epoch on (Lightning's GradientAccumulationScheduler sets it
+        in ``on_train_epoch_start``, which is early enough for that epoch)."""
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            msg = (
+                f"trainer.accumulate_grad_batches = {value!r} is invalid; it must be an int >= 1 (1: step after "
+                "every batch). Fix: assign e.g. trainer.accumulate_grad_batches = 2."
+            )
+            raise MisconfigurationError(msg)
+        self.fit_loop.accumulate_grad_batches = value
 
     @property
     def num_devices(self) -> int:
@@ -274,10 +294,13 @@ class TrainerProperties:
         """Optimizer steps the whole fit will take (``inf`` when it cannot be known).
 
         The smaller of ``max_steps`` and what ``max_epochs`` epochs of the training data give
-        (accumulation windows counted once, the last partial window of an epoch included); read it
-        from ``configure_optimizers`` on to size a schedule (OneCycleLR's ``total_steps``).
+        (accumulation windows counted once, the last partial window of an epoch included, and a
+        GradientAccumulationScheduler's factor per epoch); read it from ``configure_optimizers`` on
+        to size a schedule (OneCycleLR's ``total_steps``).
         """
-        return self.fit_loop.estimated_stepping_batches(self.config)
+        schedule = next((cb for cb in self.callbacks if isinstance(cb, GradientAccumulationScheduler)), None)
+        factor_at = schedule.get_accumulate_grad_batches if schedule is not None else None
+        return self.fit_loop.estimated_stepping_batches(self.config, factor_at)
 
     @property
     def validation_enabled(self) -> bool:
@@ -405,9 +428,9 @@ class TrainerProperties:
         return found[0] if found else None
 
     @property
-    def progress_bar_callback(self) -> TQDMProgressBar | None:
+    def progress_bar_callback(self) -> ProgressBar | None:
         """The progress bar callback, or None."""
-        return next((cb for cb in self.callbacks if isinstance(cb, TQDMProgressBar)), None)
+        return next((cb for cb in self.callbacks if isinstance(cb, ProgressBar)), None)
 
     @property
     def module(self) -> Any:

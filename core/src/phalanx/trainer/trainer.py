@@ -17,6 +17,7 @@ from typing import Any
 
 from phalanx.callbacks.callback import Callback
 from phalanx.errors import MisconfigurationError
+from phalanx.loggers.logger import Logger
 from phalanx.trainer import arguments, checkpointing, entry_points
 from phalanx.trainer.config import TrainerConfig
 from phalanx.trainer.evaluation_loop import EvaluationLoop
@@ -59,8 +60,8 @@ class Trainer(TrainerProperties):
         devices: Any = "auto",
         num_nodes: int = 1,
         precision: Any = None,
-        logger: Any = None,
-        callbacks: Callback | list[Callback] | None = None,
+        logger: Logger | list[Logger] | bool | str | None = None,
+        callbacks: Callback | str | list[Callback | str] | None = None,
         fast_dev_run: int | bool = False,
         max_epochs: int | None = None,
         min_epochs: int | None = None,
