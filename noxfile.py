@@ -102,8 +102,9 @@ def integration(session: nox.Session) -> None:
     """Everything installed together, plus the test plugin and the example vendor package (its
     own distribution, tested as its vendor would): discovery and end-to-end runs."""
     _install_torch(session)
-    # tensorboard: the Lightning scripts of tests/lightning log to TensorBoard
-    session.install("./core[tensorboard]", *TEST_DEPS)
+    # tensorboard: the Lightning scripts of tests/lightning log to TensorBoard; cli and extra
+    # (jsonargparse, matplotlib, rich): the snippets of docs/callbacks.md and docs/cli.md use them
+    session.install("./core[tensorboard,cli,extra]", *TEST_DEPS)
     for name in PACKAGES:
         _install_package(session, name)
     session.install("./tests/plugins/phalanx-testplugin", "./examples/vendor-strategy")

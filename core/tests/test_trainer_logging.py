@@ -99,3 +99,38 @@ def test_progress_bar_draws_on_rank_zero_only(capsys: pytest.CaptureFixture[str]
         Logging(), loader(n=8)
     )
     assert capsys.readouterr().err == ""
+
+
+def test_epoch_end_hooks_read_this_epochs_aggregates_from_callback_metrics() -> None:
+    """As in Lightning, a callback's on_train_epoch_end / on_validation_epoch_end finds the epoch's
+    values (``train_loss`` = ``train_loss_epoch``, ``val_loss``) in callback_metrics."""
+    from phalanx.callbacks import Callback
+
+    seen: dict[str, dict[str, float]] = {}
+
+    class Reader(Callback):
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            seen["train"] = {k: float(v) for k, v in trainer.callback_metrics.items()}
+
+        def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            seen["val"] = {k: float(v) for k, v in trainer.callback_metrics.items()}
+
+    class EpochNet(Net):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self(x), y)
+            self.log("train_loss", loss, on_epoch=True)
+            self.losses.append(float(loss.detach()))
+            return loss
+
+    model = EpochNet(dropout=0.0)
+    model.losses = []
+    trainer = Trainer(
+        max_epochs=1, num_sanity_val_steps=0, callbacks=[Reader()], enable_progress_bar=False, logger=False,
+        enable_checkpointing=False, enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(model, loader(n=16), loader(n=8))
+    mean = sum(model.losses) / len(model.losses)  # equal batch sizes: the epoch mean is the plain mean
+    assert seen["train"]["train_loss_epoch"] == pytest.approx(mean, rel=1e-6)
+    assert seen["train"]["train_loss"] == seen["train"]["train_loss_epoch"]
+    assert seen["val"]["val_loss"] == pytest.approx(float(trainer.callback_metrics["val_loss"]))

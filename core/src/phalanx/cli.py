@@ -3,7 +3,14 @@
 ``phalanx strategies``, ``phalanx plugins`` and ``phalanx env`` read entry points, distribution
 metadata and a few files, never importing torch, so they answer in a fraction of a second even
 where importing torch takes seconds. ``phalanx doctor`` runs real processes and takes longer;
-``phalanx plan`` imports torch to build the model on the meta device.
+``phalanx plan`` imports torch to build the model on the meta device. ``phalanx fit`` (and
+``validate``, ``test``, ``predict``) is :class:`LightningCLI` with the Module and DataModule given
+by class path; it needs the ``phalanx-core[cli]`` extra (jsonargparse).
+
+The module also exposes Lightning's ``lightning.pytorch.cli`` names (``LightningCLI``,
+``SaveConfigCallback``, ``LightningArgumentParser``, ``ArgsType``, ...), resolved on first access,
+so ``from phalanx.cli import LightningCLI`` works while ``phalanx strategies`` imports neither
+torch nor jsonargparse.
 Bad input (an unknown command, option or strategy name) prints the usage line, the closest match
 and exits with status 2, like any argparse program.
 """
@@ -15,11 +22,74 @@ import difflib
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from phalanx._cli.messages import format_error, print_error, terminal_width
 
-__all__ = ["main"]
+__all__ = [
+    "ArgsType",
+    "LRSchedulerCallable",
+    "LRSchedulerType",
+    "LRSchedulerTypeTuple",
+    "LRSchedulerTypeUnion",
+    "LightningArgumentParser",
+    "LightningCLI",
+    "OptimizerCallable",
+    "ReduceLROnPlateau",
+    "SaveConfigCallback",
+    "instantiate_class",
+    "main",
+]
+
+# Lightning's ``lightning.pytorch.cli`` names, imported on first access: they need torch and jsonargparse.
+_PARSER = "phalanx._cli.lightning_cli_parser"
+_LAZY = {
+    "LightningCLI": "phalanx._cli.lightning_cli",
+    "SaveConfigCallback": "phalanx._cli.lightning_cli_save",
+    **dict.fromkeys(
+        [
+            "ArgsType",
+            "LRSchedulerCallable",
+            "LRSchedulerType",
+            "LRSchedulerTypeTuple",
+            "LRSchedulerTypeUnion",
+            "LightningArgumentParser",
+            "OptimizerCallable",
+            "ReduceLROnPlateau",
+            "instantiate_class",
+        ],
+        _PARSER,
+    ),
+}
+
+TYPE_CHECKING = False  # typing's own flag, without a second import (mypy reads this name as True)
+if TYPE_CHECKING:
+    from phalanx._cli.lightning_cli import LightningCLI
+    from phalanx._cli.lightning_cli_parser import (
+        ArgsType,
+        LightningArgumentParser,
+        LRSchedulerCallable,
+        LRSchedulerType,
+        LRSchedulerTypeTuple,
+        LRSchedulerTypeUnion,
+        OptimizerCallable,
+        ReduceLROnPlateau,
+        instantiate_class,
+    )
+    from phalanx._cli.lightning_cli_save import SaveConfigCallback
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        msg = f"module 'phalanx.cli' has no attribute {name!r}"
+        raise AttributeError(msg)
+    import importlib
+
+    # The parser module raises one ModuleNotFoundError naming `pip install 'phalanx-core[cli]'`.
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
 
 
 def _nearest(value: str, choices: Iterable[str]) -> str | None:
@@ -138,10 +208,24 @@ def _add_doctor(sub: argparse._SubParsersAction[_Parser]) -> None:
         metavar="NAME",
         help="check only this strategy (repeatable); default: every base name `phalanx strategies` lists",
     )
-    doctor.add_argument("--all", action="store_true", help="also check every variant (e.g. ddp_find_unused_parameters_true)")
-    doctor.add_argument("--accelerator", default="cpu", help='accelerator for the fits: "cpu" (default), "cuda", "mps" or "auto"')
-    doctor.add_argument("--timeout", type=_positive_seconds, default=180.0, help="seconds allowed per check (default 180)")
+    doctor.add_argument(
+        "--all", action="store_true", help="also check every variant (e.g. ddp_find_unused_parameters_true)"
+    )
+    doctor.add_argument(
+        "--accelerator", default="cpu", help='accelerator for the fits: "cpu" (default), "cuda", "mps" or "auto"'
+    )
+    doctor.add_argument(
+        "--timeout", type=_positive_seconds, default=180.0, help="seconds allowed per check (default 180)"
+    )
     doctor.set_defaults(func=_cmd_doctor, parser=doctor)
+
+
+def _add_training_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """List fit / validate / test / predict in ``phalanx --help``; :func:`main` hands them to LightningCLI."""
+    from phalanx._cli.lightning_cli_command import TRAINING_COMMANDS
+
+    for name, summary in TRAINING_COMMANDS.items():
+        sub.add_parser(name, help=summary, add_help=False)
 
 
 def _build_parser() -> tuple[_Parser, dict[str, _Parser]]:
@@ -178,7 +262,11 @@ def _build_parser() -> tuple[_Parser, dict[str, _Parser]]:
         help="list discovered plugins with their status and what they provide",
         description="List every entry point of the 'phalanx' group: distribution, version, what it registers and its status (loaded, blocked, incompatible, failed) with the reason.",
     )
-    plugins.add_argument("--json", action="store_true", help="print JSON objects with keys entry_point, value, distribution, version, status, reason, hooks, provides")
+    plugins.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON objects with keys entry_point, value, distribution, version, status, reason, hooks, provides",
+    )
     plugins.set_defaults(func=_cmd_plugins)
     env = sub.add_parser(
         "env",
@@ -189,14 +277,21 @@ def _build_parser() -> tuple[_Parser, dict[str, _Parser]]:
             "torch and asks it instead."
         ),
     )
-    env.add_argument("--torch", action="store_true", help="import torch to check devices and backends (takes as long as importing torch)")
+    env.add_argument(
+        "--torch",
+        action="store_true",
+        help="import torch to check devices and backends (takes as long as importing torch)",
+    )
     env.set_defaults(func=_cmd_env)
     _add_doctor(sub)
     from phalanx._cli.plan import add_plan_parser
 
     add_plan_parser(sub)
+    _add_training_commands(sub)
     checkpoint = sub.add_parser("checkpoint", help="checkpoint tools (convert)", description="Checkpoint tools.")
-    checkpoint_sub = checkpoint.add_subparsers(dest="checkpoint_command", metavar="COMMAND", required=True, parser_class=_Parser)
+    checkpoint_sub = checkpoint.add_subparsers(
+        dest="checkpoint_command", metavar="COMMAND", required=True, parser_class=_Parser
+    )
     convert = checkpoint_sub.add_parser(
         "convert",
         help="turn any strategy's checkpoint into one portable file",
@@ -214,6 +309,12 @@ def _build_parser() -> tuple[_Parser, dict[str, _Parser]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``phalanx`` console script; returns the exit status."""
+    from phalanx._cli.lightning_cli_command import TRAINING_COMMANDS, run_training_command
+
+    given = sys.argv[1:] if argv is None else list(argv)
+    if given and given[0] in TRAINING_COMMANDS:
+        # jsonargparse parses these (configs, --trainer.*, class paths), not argparse.
+        return run_training_command(None if argv is None else given)
     parser, commands = _build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:

@@ -2,7 +2,8 @@
 
 A callback written for phalanx (in this repository or in a vendor's package) sees the Trainer
 through this protocol only: the stage, the loop position, the topology, the metrics, where
-checkpoints go, and the one flag a callback may set, ``should_stop``. The Trainer's own state (its
+checkpoints go, and the two things a callback may set: ``should_stop`` and
+``accumulate_grad_batches``. The Trainer's own state (its
 loops, its hook runner, the current stage's :class:`~phalanx.trainer.run.Run`) stays behind it, so
 the Trainer can change how it runs a step without breaking a single callback. The built-in
 callbacks are written against this protocol alone, as a third-party one would be; a test holds
@@ -56,7 +57,7 @@ class TrainerState:
 
 @runtime_checkable
 class TrainerView(Protocol):
-    """The public, read-only face of :class:`phalanx.Trainer` (``should_stop`` is the one setter).
+    """The public, read-only face of :class:`phalanx.Trainer` (setters: ``should_stop``, ``accumulate_grad_batches``).
 
     Every member is documented on the Trainer (docs/trainer.md); :class:`phalanx.Trainer` satisfies
     this protocol, and ``isinstance(trainer, TrainerView)`` is True for it.
@@ -170,7 +171,12 @@ class TrainerView(Protocol):
 
     @property
     def accumulate_grad_batches(self) -> int:
-        """Batches per optimizer step."""
+        """Batches per optimizer step in the epoch running now."""
+
+    @accumulate_grad_batches.setter
+    def accumulate_grad_batches(self, value: int) -> None:
+        """Change it from the next epoch start on (GradientAccumulationScheduler sets it in
+        ``on_train_epoch_start``, which still counts for that epoch)."""
 
     @property
     def log_every_n_steps(self) -> int:
@@ -241,6 +247,10 @@ class TrainerView(Protocol):
     @property
     def lr_scheduler_configs(self) -> list[Any]:
         """The scheduler configurations from ``configure_optimizers``."""
+
+    @property
+    def train_dataloader(self) -> Any:
+        """The training dataloader of the current fit, as prepared (sharded, limited), or None."""
 
     @property
     def datamodule(self) -> Any:

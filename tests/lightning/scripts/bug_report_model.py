@@ -68,7 +68,9 @@ class BoringModel(LightningModule):
     def on_test_end(self) -> None:
         # every rank's batches, (world, batch, SIZE), gathered while the stage's process group is up:
         # the tests replay the step on them in plain PyTorch
-        self.gathered = {stage: self.all_gather(batch).reshape(-1, *batch.shape).tolist() for stage, batch in self.seen.items()}
+        self.gathered = {
+            stage: self.all_gather(batch).reshape(-1, *batch.shape).tolist() for stage, batch in self.seen.items()
+        }
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.layer.parameters(), lr=LR)

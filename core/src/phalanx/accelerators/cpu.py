@@ -16,7 +16,7 @@ import torch
 from phalanx.accelerators.accelerator import Accelerator, DevicesArg
 from phalanx.errors import MisconfigurationError
 
-__all__ = ["CPUAccelerator"]
+__all__ = ["CPUAccelerator", "get_cpu_stats"]
 
 
 class CPUAccelerator(Accelerator):
@@ -64,15 +64,52 @@ class CPUAccelerator(Accelerator):
         return [torch.device("cpu")] * cls.parse_devices(devices)
 
     def get_device_stats(self, device: torch.device | str | int) -> dict[str, Any]:
-        """Host load and this process's peak resident memory, from the standard library only."""
-        stats: dict[str, Any] = {"cpu_count": os.cpu_count() or 1}
-        if hasattr(os, "getloadavg"):
-            stats["cpu_load_avg_1m"] = os.getloadavg()[0]
-        try:
-            import resource
-        except ImportError:  # Windows
-            return stats
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        # ru_maxrss is KiB on Linux, bytes on macOS.
-        stats["peak_rss_bytes"] = peak if sys.platform == "darwin" else peak * 1024
+        """Host CPU and memory use under Lightning's keys (:func:`get_cpu_stats`), plus ``cpu_count``."""
+        return {**get_cpu_stats(), "cpu_count": float(os.cpu_count() or 1)}
+
+
+def get_cpu_stats() -> dict[str, float]:
+    """``cpu_percent``, ``cpu_vm_percent`` and ``cpu_swap_percent``, system-wide, as Lightning logs them.
+
+    With psutil installed the values are psutil's (``cpu_percent`` since the previous call, so the
+    first call reads 0). Without it they come from the standard library so the numbers still
+    exist: ``cpu_percent`` is the 1-minute load average over the core count (capped at 100), the
+    memory figures are read from ``/proc/meminfo`` (Linux; elsewhere only ``cpu_percent``), and
+    ``peak_rss_bytes`` adds this process's peak resident memory from ``resource``.
+    """
+    try:
+        import psutil
+    except ImportError:
+        return _stdlib_cpu_stats()
+    return {
+        "cpu_vm_percent": float(psutil.virtual_memory().percent),
+        "cpu_percent": float(psutil.cpu_percent()),
+        "cpu_swap_percent": float(psutil.swap_memory().percent),
+    }
+
+
+def _percent_used(total: float, free: float) -> float:
+    return 0.0 if total <= 0 else 100.0 * (total - free) / total
+
+
+def _stdlib_cpu_stats() -> dict[str, float]:
+    stats: dict[str, float] = {}
+    if hasattr(os, "getloadavg"):
+        stats["cpu_percent"] = min(100.0, 100.0 * os.getloadavg()[0] / (os.cpu_count() or 1))
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            info = {line.split(":")[0]: float(line.split()[1]) for line in handle if len(line.split()) >= 2}
+    except OSError:
+        info = {}
+    if "MemTotal" in info and "MemAvailable" in info:
+        stats["cpu_vm_percent"] = _percent_used(info["MemTotal"], info["MemAvailable"])
+    if "SwapTotal" in info and "SwapFree" in info:
+        stats["cpu_swap_percent"] = _percent_used(info["SwapTotal"], info["SwapFree"])
+    try:
+        import resource
+    except ImportError:  # Windows
         return stats
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # ru_maxrss is KiB on Linux, bytes on macOS.
+    stats["peak_rss_bytes"] = float(peak if sys.platform == "darwin" else peak * 1024)
+    return stats

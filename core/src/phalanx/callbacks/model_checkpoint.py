@@ -4,21 +4,30 @@ Saving is a collective (sharded strategies gather state), so every rank runs the
 they depend only on values all ranks share (step, epoch, and rank 0's metrics, broadcast), and
 the file checks rank 0 makes are broadcast. The callback's own state (best scores, paths) goes into each
 checkpoint, so a resumed run keeps pruning the same top-k set instead of starting over.
+
+Three triggers, mutually exclusive as in Lightning: every N epochs (the default, 1), every N
+optimizer steps, or every ``train_time_interval`` of wall time (rank 0's clock decides, broadcast,
+so every rank saves at the same batch). A step or time trigger whose monitored metric comes from
+validation waits for that validation (Lightning 2.6): when the metric was never logged yet, or when
+a validation runs right after this batch, the save happens at the validation's end instead, with
+fresh values rather than stale ones.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import re
-import warnings
+import time
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from phalanx.callbacks.callback import Callback
+from phalanx.callbacks._checkpoint_names import CheckpointNames
+from phalanx.callbacks.checkpoint import Checkpoint
 from phalanx.errors import MisconfigurationError
+from phalanx.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 if TYPE_CHECKING:
     from phalanx.module import Module
@@ -38,32 +47,49 @@ def _opt_int(name: str, value: Any, minimum: int) -> int | None:
     return value
 
 
-class ModelCheckpoint(Callback):
+def _score(value: Any) -> torch.Tensor | None:
+    """A stored score as a 0-d tensor (checkpoints of earlier releases hold floats)."""
+    return None if value is None else torch.as_tensor(value)
+
+
+class ModelCheckpoint(CheckpointNames, Checkpoint):
     """Save checkpoints during fit.
 
     Args:
         dirpath: Directory for the files; default ``<log_dir>/checkpoints`` (or
             ``<default_root_dir>/checkpoints`` without a logger).
         filename: Template such as ``"{epoch}-{val_loss:.2f}"``; default ``"{epoch}-{step}"``.
-            ``{name}`` becomes ``name=value`` (unless ``auto_insert_metric_name=False``).
+            ``{name}`` becomes ``name=value`` (unless ``auto_insert_metric_name=False``); a name
+            may contain ``/`` or ``.`` (``"{val/loss:.2f}"``); one that was not logged formats as 0.
         monitor: Metric in ``trainer.callback_metrics`` ranking the checkpoints; None keeps the latest.
         mode: ``"min"`` or ``"max"``: which direction of ``monitor`` is better.
         save_top_k: Keep the best k (``-1`` all, ``0`` none except ``last``).
         save_last: Also keep ``last.ckpt``, always the newest state (also written when fit ends).
         every_n_train_steps: Save every N optimizer steps (0/None: off).
-        every_n_epochs: Save every N epochs (default 1 when no step interval is given).
+        train_time_interval: Save when this much wall time (a ``timedelta``) passed since the last
+            time-triggered save; checked after each training batch.
+        every_n_epochs: Save every N epochs (default 1 when no other trigger is given; 0: off).
         save_weights_only: Store only the weights (such files cannot resume training).
         save_on_train_epoch_end: Force saving at train-epoch end (True) or after validation (False);
             None decides like Lightning.
         auto_insert_metric_name: Write ``name=value`` for each ``{name}`` in the template.
-        verbose: Print a line for every save.
+        verbose: Report every save and every score that did not make the top k (rank 0).
+        enable_version_counter: On a name collision with a file this callback does not own, write
+            ``name-v1.ckpt``, ``name-v2.ckpt``... (False: overwrite it).
+
+    Attributes:
+        best_model_path: The best checkpoint so far (the latest one without ``monitor``).
+        best_model_score: Its score (a 0-d tensor, as Lightning's; None before the first ranked save).
+        best_k_models: Path -> score of the kept top-k checkpoints.
+        kth_best_model_path: The worst of the kept top k (the next to go).
+        last_model_path: The ``last`` checkpoint.
 
     Raises:
-        MisconfigurationError: Any invalid option (the message says which and how to fix it).
+        MisconfigurationError: Any invalid option (the message says which and how to fix it); at
+            the first check after validation (or without validation), a ``monitor`` that was never
+            logged, raised on every rank alike.
     """
 
-    CHECKPOINT_NAME_LAST = "last"
-    FILE_EXTENSION = ".ckpt"
     #: Runs after the other callbacks at epoch end, when epoch metrics are final.
     monitors_metrics = True
 
@@ -77,11 +103,13 @@ class ModelCheckpoint(Callback):
         save_top_k: int = 1,
         save_last: bool | None = None,
         every_n_train_steps: int | None = None,
+        train_time_interval: timedelta | None = None,
         every_n_epochs: int | None = None,
         save_weights_only: bool = False,
         save_on_train_epoch_end: bool | None = None,
         auto_insert_metric_name: bool = True,
         verbose: bool = False,
+        enable_version_counter: bool = True,
     ) -> None:
         if dirpath is not None and not isinstance(dirpath, (str, os.PathLike)):
             msg = f"ModelCheckpoint(dirpath={dirpath!r}) must be a path (str or os.PathLike) or None."
@@ -100,12 +128,19 @@ class ModelCheckpoint(Callback):
                 "metric; pass monitor='val_loss' (a name you self.log), or save_top_k in (-1, 0, 1)."
             )
             raise MisconfigurationError(msg)
+        if train_time_interval is not None and not isinstance(train_time_interval, timedelta):
+            msg = (
+                f"ModelCheckpoint(train_time_interval={train_time_interval!r}) must be a datetime.timedelta or None; "
+                "pass e.g. train_time_interval=timedelta(minutes=30)."
+            )
+            raise MisconfigurationError(msg)
         steps = _opt_int("every_n_train_steps", every_n_train_steps, 0) or 0
         epochs = _opt_int("every_n_epochs", every_n_epochs, 0)
-        if steps > 0 and epochs:
+        if (steps > 0) + bool(epochs) + (train_time_interval is not None) > 1:
             msg = (
-                f"ModelCheckpoint(every_n_train_steps={steps}, every_n_epochs={epochs}) sets two "
-                "intervals; they are mutually exclusive. Keep one of them."
+                f"ModelCheckpoint(every_n_train_steps={steps}, every_n_epochs={epochs}, train_time_interval="
+                f"{train_time_interval}) sets several triggers; they are mutually exclusive. Keep one of them "
+                "(use two ModelCheckpoint callbacks for two schedules)."
             )
             raise MisconfigurationError(msg)
         for name, flag in (("save_last", save_last), ("save_on_train_epoch_end", save_on_train_epoch_end)):
@@ -120,19 +155,25 @@ class ModelCheckpoint(Callback):
         self.save_top_k = top_k if top_k is not None else 1
         self.save_last = save_last
         self.every_n_train_steps = steps
-        self.every_n_epochs = epochs if epochs is not None else (0 if steps > 0 else 1)
+        self.train_time_interval = train_time_interval
+        no_trigger = steps == 0 and epochs is None and train_time_interval is None
+        self.every_n_epochs = 1 if no_trigger else (epochs or 0)
         self.save_weights_only = bool(save_weights_only)
         self._save_on_train_epoch_end = save_on_train_epoch_end
         self.auto_insert_metric_name = auto_insert_metric_name
         self.verbose = verbose
-        self.best_k_models: dict[str, float] = {}
+        self.enable_version_counter = enable_version_counter
+        # Scores are 0-d tensors, as Lightning's (``best_model_score.item()`` works as users write it).
+        self.best_k_models: dict[str, torch.Tensor] = {}
         self.kth_best_model_path = ""
-        self.kth_value: float = math.inf if mode == "min" else -math.inf
+        self.kth_value: torch.Tensor = torch.tensor(math.inf if mode == "min" else -math.inf)
         self.best_model_path = ""
-        self.best_model_score: float | None = None
-        self.current_score: float | None = None
+        self.best_model_score: torch.Tensor | None = None
+        self.current_score: torch.Tensor | None = None
         self.last_model_path = ""
         self._last_global_step_saved = -1
+        self._last_time_checked: float | None = None
+        self._defer_save_until_validation = False
 
     @property
     def state_key(self) -> str:
@@ -142,6 +183,7 @@ class ModelCheckpoint(Callback):
             mode=self.mode,
             every_n_train_steps=self.every_n_train_steps,
             every_n_epochs=self.every_n_epochs,
+            train_time_interval=self.train_time_interval,
         )
 
     # ------------------------------------------------------------------ state
@@ -163,13 +205,19 @@ class ModelCheckpoint(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the top-k bookkeeping when the directory is the same; else only the best path."""
         if state_dict.get("dirpath") == self.dirpath:
-            self.best_model_score = state_dict.get("best_model_score")
-            self.current_score = state_dict.get("current_score")
-            self.best_k_models = dict(state_dict.get("best_k_models", {}))
+            self.best_model_score = _score(state_dict.get("best_model_score"))
+            self.current_score = _score(state_dict.get("current_score"))
+            self.best_k_models = {p: torch.as_tensor(v) for p, v in state_dict.get("best_k_models", {}).items()}
             self.kth_best_model_path = state_dict.get("kth_best_model_path", "")
-            self.kth_value = state_dict.get("kth_value", self.kth_value)
+            self.kth_value = torch.as_tensor(state_dict.get("kth_value", self.kth_value))
             self.last_model_path = state_dict.get("last_model_path", "")
             self._last_global_step_saved = state_dict.get("last_global_step_saved", -1)
+        else:
+            rank_zero_warn(
+                f"ModelCheckpoint: the dirpath changed from {state_dict.get('dirpath')!r} to {self.dirpath!r}, so "
+                "best_model_score, kth_best_model_path, kth_value, last_model_path and best_k_models are not "
+                "restored; only best_model_path is."
+            )
         self.best_model_path = state_dict.get("best_model_path", "")
 
     # ------------------------------------------------------------------ hooks
@@ -179,32 +227,62 @@ class ModelCheckpoint(Callback):
             self.dirpath = trainer.default_checkpoint_dir
         self.dirpath = trainer.strategy.broadcast(self.dirpath)
 
-    def on_train_batch_end(self, trainer: TrainerView, pl_module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """Save every ``every_n_train_steps`` optimizer steps."""
-        n = self.every_n_train_steps
-        if n < 1 or trainer.global_step % n != 0 or self._should_skip(trainer):
+    def on_train_start(self, trainer: TrainerView, pl_module: Module) -> None:
+        """Start the clock of ``train_time_interval``."""
+        self._last_time_checked = time.monotonic()
+
+    def on_train_batch_end(
+        self, trainer: TrainerView, pl_module: Module, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        """Save every ``every_n_train_steps`` optimizer steps or ``train_time_interval`` (or defer to validation)."""
+        if self._should_skip(trainer):
             return
-        self._save(trainer)
+        n = self.every_n_train_steps
+        skip_batch = n < 1 or trainer.global_step % n != 0
+        skip_time = True
+        now = time.monotonic()
+        if self.train_time_interval is not None:
+            previous = self._last_time_checked
+            skip_time = previous is None or now - previous < self.train_time_interval.total_seconds()
+            skip_time = bool(trainer.strategy.broadcast(skip_time))  # rank 0's clock decides for every rank
+        if skip_batch and skip_time:
+            return
+        if not skip_time:
+            self._last_time_checked = now
+        candidates = self._candidates(trainer)
+        if self._defers_to_validation(trainer, candidates):
+            self._defer_save_until_validation = True
+            return
+        self._save(trainer, candidates)
 
     def on_train_epoch_end(self, trainer: TrainerView, pl_module: Module) -> None:
         """Save at epoch end when validation does not run more often than once per epoch."""
         if self._should_skip(trainer) or not self._save_on_epoch_end(trainer):
             return
+        candidates = self._candidates(trainer)
         if self.every_n_epochs >= 1 and (trainer.current_epoch + 1) % self.every_n_epochs == 0:
-            self._save(trainer)
+            self._save_topk(trainer, candidates)
+        self._finish_save(trainer, candidates)
 
     def on_validation_end(self, trainer: TrainerView, pl_module: Module) -> None:
-        """Save after validation when validation runs mid-epoch or not every epoch."""
-        if self._should_skip(trainer) or self._save_on_epoch_end(trainer) or self.every_n_train_steps > 0:
+        """Save after validation: a deferred step/time save, or the epoch save when validation runs mid-epoch."""
+        if self._should_skip(trainer):
             return
+        if self._defer_save_until_validation:
+            self._defer_save_until_validation = False
+            self._save(trainer, self._candidates(trainer))
+            return
+        if self._save_on_epoch_end(trainer):
+            return
+        candidates = self._candidates(trainer)
         if self.every_n_epochs >= 1 and (trainer.current_epoch + 1) % self.every_n_epochs == 0:
-            self._save(trainer)
+            self._save_topk(trainer, candidates)
+        self._finish_save(trainer, candidates)
 
     def on_train_end(self, trainer: TrainerView, pl_module: Module) -> None:
         """Write ``last`` for the final state if the last save was earlier (e.g. max_steps mid-epoch)."""
-        if self.save_last and self._last_global_step_saved != trainer.global_step:
+        if self.save_last and self._last_global_step_saved != trainer.global_step and trainer.state.fn == "fit":
             self._save_last(trainer, self._candidates(trainer))
-            self._last_global_step_saved = trainer.global_step
 
     # ------------------------------------------------------------------ decisions
     def _should_skip(self, trainer: TrainerView) -> bool:
@@ -224,28 +302,56 @@ class ModelCheckpoint(Callback):
             return True
         return trainer.val_check_interval == 1.0
 
+    def _defers_to_validation(self, trainer: TrainerView, candidates: dict[str, Any]) -> bool:
+        """Whether a step/time save should wait for validation's metrics (Lightning 2.6).
+
+        Only for a ``monitor`` that is not there yet (a validation-only metric before the first
+        validation), or when a validation runs right after this last batch of the epoch (the value
+        now would be the previous validation's).
+        """
+        if self.monitor is None or not trainer.validation_enabled:
+            return False
+        if self.monitor not in candidates:
+            return True
+        if self._save_on_epoch_end(trainer) or not trainer.is_last_batch:
+            return False
+        every = trainer.check_val_every_n_epoch
+        return every is None or (trainer.current_epoch + 1) % every == 0
+
+    def check_monitor_top_k(self, trainer: TrainerView, current: float | None = None) -> bool:
+        """Whether ``current`` enters the top k (the same answer on every rank: scores are rank 0's)."""
+        if current is None:
+            return False
+        if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
+            return True
+        return bool(current < self.kth_value if self.mode == "min" else current > self.kth_value)
+
     def _candidates(self, trainer: TrainerView) -> dict[str, Any]:
         """The metrics names and rankings come from, as rank 0 has them.
 
         Metrics logged without ``sync_dist`` differ between ranks; if each rank ranked its own
         value, ranks would disagree on the top-k and on which file to delete. Rank 0 writes the
-        files, so its values decide, and every rank receives them (one broadcast per save).
+        files, so its values decide, and every rank receives them (one broadcast per save). The
+        same broadcast makes a missing ``monitor`` missing on every rank, so all raise alike.
         """
         metrics: dict[str, Any] = {
-            key: float(value.detach().float().cpu()) if isinstance(value, torch.Tensor) and value.numel() == 1 else value
+            key: float(value.detach().float().cpu())
+            if isinstance(value, torch.Tensor) and value.numel() == 1
+            else value
             for key, value in trainer.callback_metrics.items()
         }
         metrics = trainer.strategy.broadcast(metrics)
-        metrics["epoch"] = trainer.current_epoch
-        metrics["step"] = trainer.global_step
+        metrics["epoch"] = int(metrics["epoch"]) if isinstance(metrics.get("epoch"), float) else trainer.current_epoch
+        metrics["step"] = int(metrics["step"]) if isinstance(metrics.get("step"), float) else trainer.global_step
         return metrics
 
-    def _save(self, trainer: TrainerView) -> None:
-        candidates = self._candidates(trainer)
+    def _save(self, trainer: TrainerView, candidates: dict[str, Any]) -> None:
         self._save_topk(trainer, candidates)
+        self._finish_save(trainer, candidates)
+
+    def _finish_save(self, trainer: TrainerView, candidates: dict[str, Any]) -> None:
         if self.save_last:
             self._save_last(trainer, candidates)
-        self._last_global_step_saved = trainer.global_step
 
     def _save_topk(self, trainer: TrainerView, candidates: dict[str, Any]) -> None:
         if self.save_top_k == 0:
@@ -253,32 +359,32 @@ class ModelCheckpoint(Callback):
         if self.monitor is None:
             previous = self.best_model_path
             path = self._unused_path(trainer, candidates, None, keep=previous)
-            self._write(trainer, path)
             self.best_model_path = path
-            if self.save_top_k == 1 and previous and previous != path:
+            self._write(trainer, path)
+            if self.save_top_k == 1 and previous and self._should_remove(trainer, previous, path):
                 trainer.strategy.remove_checkpoint(previous)
             return
         if self.monitor not in candidates:
             available = sorted(k for k in candidates if k not in ("epoch", "step"))
             msg = (
                 f"ModelCheckpoint(monitor={self.monitor!r}) found no metric {self.monitor!r}; logged metrics "
-                f"are {available}. Log it with self.log({self.monitor!r}, value), or fix the monitor name."
+                f"are {available}. Fix: log it with self.log({self.monitor!r}, value) (in validation_step for a "
+                "validation metric), or correct the monitor name."
             )
             if trainer.validation_has_run or not trainer.validation_enabled:
                 raise MisconfigurationError(msg)
-            warnings.warn(msg + " Skipping this save until the metric exists.", stacklevel=2)
+            rank_zero_warn(msg + " Skipping this save until the metric exists.")
             return
         current = float(candidates[self.monitor])
         if math.isnan(current):
             current = math.inf if self.mode == "min" else -math.inf
-        self.current_score = current
-        if self._improves_top_k(current):
+        if self.check_monitor_top_k(trainer, current):
             self._update_best_and_save(trainer, current, candidates)
-
-    def _improves_top_k(self, current: float) -> bool:
-        if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
-            return True
-        return current < self.kth_value if self.mode == "min" else current > self.kth_value
+        elif self.verbose:
+            rank_zero_info(
+                f"Epoch {candidates['epoch']:d}, global step {candidates['step']:d}: {self.monitor!r} was not in "
+                f"top {self.save_top_k}"
+            )
 
     def _update_best_and_save(self, trainer: TrainerView, current: float, candidates: dict[str, Any]) -> None:
         k = len(self.best_k_models) + 1 if self.save_top_k == -1 else self.save_top_k
@@ -287,51 +393,51 @@ class ModelCheckpoint(Callback):
             removed = self.kth_best_model_path
             self.best_k_models.pop(removed, None)
         path = self._unused_path(trainer, candidates, None, keep=removed)
-        self.best_k_models[path] = current
+        self.current_score = torch.tensor(current)
+        self.best_k_models[path] = self.current_score
         worst, best = (max, min) if self.mode == "min" else (min, max)
         if len(self.best_k_models) == k:
-            self.kth_best_model_path = worst(self.best_k_models, key=self.best_k_models.__getitem__)
+            self.kth_best_model_path = worst(self.best_k_models, key=lambda p: float(self.best_k_models[p]))
             self.kth_value = self.best_k_models[self.kth_best_model_path]
-        self.best_model_path = best(self.best_k_models, key=self.best_k_models.__getitem__)
+        self.best_model_path = best(self.best_k_models, key=lambda p: float(self.best_k_models[p]))
         self.best_model_score = self.best_k_models[self.best_model_path]
+        if self.verbose:
+            rank_zero_info(
+                f"Epoch {candidates['epoch']:d}, global step {candidates['step']:d}: {self.monitor!r} reached "
+                f"{current:0.5f} (best {self.best_model_score:0.5f}), saving model to {path!r} as top {k}"
+            )
         self._write(trainer, path)
-        if removed and removed != path:
+        if removed and self._should_remove(trainer, removed, path):
             trainer.strategy.remove_checkpoint(removed)
 
     def _save_last(self, trainer: TrainerView, candidates: dict[str, Any]) -> None:
         path = self._unused_path(trainer, candidates, self.CHECKPOINT_NAME_LAST, keep=self.last_model_path)
-        self._write(trainer, path)
         previous, self.last_model_path = self.last_model_path, path
-        if previous and previous != path and previous not in self.best_k_models and previous != self.best_model_path:
+        self._write(trainer, path)
+        if (
+            previous
+            and previous not in self.best_k_models
+            and previous != self.best_model_path
+            and self._should_remove(trainer, previous, path)
+        ):
             trainer.strategy.remove_checkpoint(previous)
 
     def _write(self, trainer: TrainerView, path: str) -> None:
         trainer.save_checkpoint(path, weights_only=self.save_weights_only)
-        if self.verbose and trainer.is_global_zero:
-            print(f"Epoch {trainer.current_epoch}, global step {trainer.global_step}: saved {path}")
+        self._last_global_step_saved = trainer.global_step
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                logger.after_save_checkpoint(self)
+        if self.verbose and self.monitor is None:
+            rank_zero_info(f"Epoch {trainer.current_epoch}, global step {trainer.global_step}: saved {path}")
 
-    # ------------------------------------------------------------------ names
-    def format_checkpoint_name(
-        self, metrics: dict[str, Any], template: str | None = None, ver: int | None = None
-    ) -> str:
-        """The file name (with directory) for ``metrics``; missing metrics format as 0."""
-        name = template if template is not None else (self.filename or "{epoch}-{step}")
-        for group in re.findall(r"\{([^{}:!]+)[^{}]*\}", name):
-            key = group.strip()
-            prefix = f"{key}=" if self.auto_insert_metric_name else ""
-            name = name.replace("{" + group, prefix + "{0[" + key + "]", 1)
-            value = metrics.get(key, 0)
-            metrics = {**metrics, key: float(value) if key not in ("epoch", "step") else int(value)}
-        name = name.format(metrics)
-        if ver is not None:
-            name = f"{name}-v{ver}"
-        return str(Path(self.dirpath or ".") / f"{name}{self.FILE_EXTENSION}")
-
-    def _unused_path(self, trainer: TrainerView, metrics: dict[str, Any], template: str | None, *, keep: str) -> str:
-        """A path that does not clobber files this callback does not own (adds ``-vN``)."""
-        path = self.format_checkpoint_name(metrics, template)
-        version = 1
-        while path != keep and path not in self.best_k_models and trainer.strategy.broadcast(os.path.exists(path)):
-            path = self.format_checkpoint_name(metrics, template, ver=version)
-            version += 1
-        return path
+    def _should_remove(self, trainer: TrainerView, previous: str, current: str) -> bool:
+        """Never delete the file just written, the checkpoint fit resumed from, or a local file outside ``dirpath``."""
+        if previous == current:
+            return False
+        if "://" in previous and not previous.startswith("file://"):
+            return True
+        resumed = trainer.ckpt_path
+        if resumed is not None and Path(previous).absolute() == Path(resumed).absolute():
+            return False
+        return Path(self.dirpath or ".").absolute() in Path(previous).absolute().parents

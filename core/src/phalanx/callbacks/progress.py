@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
-from phalanx.callbacks.callback import Callback
+from phalanx.callbacks.progress_bar import ProgressBar
 from phalanx.errors import MisconfigurationError
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ def _total(value: float) -> int | None:
     return None if value is None or math.isinf(value) else int(value)
 
 
-class TQDMProgressBar(Callback):
+class TQDMProgressBar(ProgressBar):
     """Shows training, validation, test and predict progress with the progress-bar metrics.
 
     Args:
@@ -43,29 +43,16 @@ class TQDMProgressBar(Callback):
         if isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int) or refresh_rate < 0:
             msg = f"TQDMProgressBar(refresh_rate={refresh_rate!r}) is invalid; pass an int >= 1 (0 disables the bar)."
             raise MisconfigurationError(msg)
+        super().__init__()
         self.refresh_rate = refresh_rate
         self.leave = leave
         self._enabled = refresh_rate > 0
         self._train_bar: Any = None
         self._eval_bar: Any = None
 
-    @property
-    def is_enabled(self) -> bool:
-        """Whether this process draws the bar (global rank 0 with a refresh rate > 0)."""
-        return self._enabled
-
-    def disable(self) -> None:
-        """Stop drawing (non-zero ranks call this through :meth:`setup`)."""
-        self._enabled = False
-
     def print(self, *args: Any, sep: str = " ", **kwargs: Any) -> None:
         """Print above the bars without garbling them."""
         tqdm.write(sep.join(map(str, args)), file=kwargs.get("file", sys.stdout))
-
-    def setup(self, trainer: TrainerView, pl_module: Module, stage: str) -> None:
-        """Only global rank 0 draws."""
-        if not trainer.is_global_zero:
-            self.disable()
 
     def _bar(self, desc: str, total: float, *, leave: bool) -> Any:
         return tqdm(desc=desc, total=_total(total), leave=leave, dynamic_ncols=True, file=sys.stderr, smoothing=0)
@@ -74,7 +61,7 @@ class TQDMProgressBar(Callback):
         done = batch_idx + 1
         if done % self.refresh_rate == 0 or done == total:
             bar.update(done - bar.n)
-            bar.set_postfix(trainer.progress_bar_metrics, refresh=False)
+            bar.set_postfix(self.get_metrics(trainer, trainer.lightning_module), refresh=False)
 
     # ------------------------------------------------------------------ training
     def on_train_start(self, trainer: TrainerView, pl_module: Module) -> None:
@@ -88,7 +75,9 @@ class TQDMProgressBar(Callback):
             self._train_bar.reset(total=_total(trainer.num_training_batches))
             self._train_bar.set_description(f"Epoch {trainer.current_epoch}")
 
-    def on_train_batch_end(self, trainer: TrainerView, pl_module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: TrainerView, pl_module: Module, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         """Advance the bar and show the latest metrics."""
         if self._train_bar is not None:
             self._update(self._train_bar, batch_idx, trainer, trainer.num_training_batches)
@@ -96,7 +85,7 @@ class TQDMProgressBar(Callback):
     def on_train_epoch_end(self, trainer: TrainerView, pl_module: Module) -> None:
         """Show the epoch's aggregated metrics."""
         if self._train_bar is not None:
-            self._train_bar.set_postfix(trainer.progress_bar_metrics)
+            self._train_bar.set_postfix(self.get_metrics(trainer, trainer.lightning_module))
 
     def on_train_end(self, trainer: TrainerView, pl_module: Module) -> None:
         """Close the training bar."""
@@ -117,11 +106,11 @@ class TQDMProgressBar(Callback):
 
     def _end_eval(self, trainer: TrainerView) -> None:
         if self._eval_bar is not None:
-            self._eval_bar.set_postfix(trainer.progress_bar_metrics, refresh=False)
+            self._eval_bar.set_postfix(self.get_metrics(trainer, trainer.lightning_module), refresh=False)
             self._eval_bar.close()
             self._eval_bar = None
         if self._train_bar is not None:
-            self._train_bar.set_postfix(trainer.progress_bar_metrics)
+            self._train_bar.set_postfix(self.get_metrics(trainer, trainer.lightning_module))
 
     def on_validation_start(self, trainer: TrainerView, pl_module: Module) -> None:
         """Open a validation bar (temporary during fit)."""

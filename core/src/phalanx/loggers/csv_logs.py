@@ -47,20 +47,25 @@ class CSVLogger(Logger):
 
     Args:
         save_dir: Root directory (the Trainer passes ``default_root_dir``).
-        name: Subdirectory for this experiment; default ``"phalanx_logs"``.
+        name: Subdirectory for this experiment; default ``"phalanx_logs"``. ``""`` or None puts
+            the versions directly in ``save_dir``.
         version: Fixed version (int or str); None picks the next free ``version_N``.
+        prefix: Put ``<prefix>-`` in front of every metric name.
         flush_logs_every_n_steps: Write buffered rows every N calls of :meth:`log_metrics`.
 
     Raises:
         MisconfigurationError: Invalid argument types.
     """
 
+    LOGGER_JOIN_CHAR = "-"
+
     def __init__(
         self,
         save_dir: str | os.PathLike[str],
         *,
-        name: str = "phalanx_logs",
+        name: str | None = "phalanx_logs",
         version: int | str | None = None,
+        prefix: str = "",
         flush_logs_every_n_steps: int = 100,
     ) -> None:
         if not isinstance(save_dir, (str, os.PathLike)):
@@ -74,8 +79,9 @@ class CSVLogger(Logger):
             msg = f"CSVLogger(flush_logs_every_n_steps={flush_logs_every_n_steps!r}) must be an int >= 1."
             raise MisconfigurationError(msg)
         self._save_dir = os.fspath(save_dir)
-        self._name = name
+        self._name = name or ""
         self._version = version
+        self._prefix = prefix
         self._flush_every = flush_logs_every_n_steps
         self._rows: list[dict[str, Any]] = []
         self._written_rows: list[dict[str, Any]] = []
@@ -101,11 +107,16 @@ class CSVLogger(Logger):
         return self._version
 
     @property
+    def root_dir(self) -> str:
+        """``<save_dir>/<name>``: where the ``version_N`` folders are."""
+        return os.path.join(self._save_dir, self._name)
+
+    @property
     def log_dir(self) -> str:
         """``<save_dir>/<name>/version_<N>``."""
         version = self.version
         folder = version if isinstance(version, str) else f"version_{version}"
-        return os.path.join(self._save_dir, self._name, folder)
+        return os.path.join(self.root_dir, folder)
 
     @property
     def metrics_file_path(self) -> str:
@@ -126,7 +137,11 @@ class CSVLogger(Logger):
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Buffer one row; flush every ``flush_logs_every_n_steps`` calls."""
         row: dict[str, Any] = {"step": step}
-        row.update(metrics)
+        row.update(
+            metrics
+            if not self._prefix
+            else {f"{self._prefix}{self.LOGGER_JOIN_CHAR}{k}": v for k, v in metrics.items()}
+        )
         self._rows.append(row)
         self._calls += 1
         if self._calls % self._flush_every == 0:

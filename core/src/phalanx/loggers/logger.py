@@ -7,10 +7,45 @@ think about processes. Methods mirror Lightning's ``Logger`` so existing loggers
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import wraps
 from typing import Any
 
-__all__ = ["Logger"]
+from phalanx.utilities.rank_zero import rank_zero_only
+
+__all__ = ["DummyExperiment", "Logger", "rank_zero_experiment"]
+
+
+class DummyExperiment:
+    """What ``logger.experiment`` is on ranks other than 0: every method call does nothing.
+
+    User code such as ``self.logger.experiment.add_image(...)`` runs on every rank; only rank 0
+    may create run directories or backend runs, so the other ranks get this stand-in, as in Lightning.
+    """
+
+    def nop(self, *args: Any, **kwargs: Any) -> None:
+        """Accept any call and do nothing."""
+
+    def __getattr__(self, _: str) -> Callable[..., None]:
+        return self.nop
+
+    def __getitem__(self, idx: int) -> DummyExperiment:
+        return self
+
+    def __setitem__(self, *args: Any) -> None:
+        pass
+
+
+def rank_zero_experiment(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Decorate an ``experiment`` getter: the real object on global rank 0, a :class:`DummyExperiment` elsewhere."""
+
+    @wraps(fn)
+    def experiment(self: Any) -> Any:
+        if rank_zero_only.rank > 0:
+            return DummyExperiment()
+        return fn(self)
+
+    return experiment
 
 
 class Logger(ABC):
@@ -40,8 +75,16 @@ class Logger(ABC):
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Record ``metrics`` (name -> number) at optimizer step ``step``."""
 
-    def log_hyperparams(self, params: Mapping[str, Any]) -> None:  # noqa: B027 - optional
+    @property
+    def group_separator(self) -> str:
+        """The character that groups metric names in dashboards (``train/loss``)."""
+        return "/"
+
+    def log_hyperparams(self, params: Mapping[str, Any], *args: Any, **kwargs: Any) -> None:  # noqa: B027 - optional
         """Record hyperparameters; ignored by default."""
+
+    def log_graph(self, model: Any, input_array: Any = None) -> None:  # noqa: B027 - optional
+        """Record the model's computational graph (the Trainer calls it once at the start of fit); ignored by default."""
 
     def save(self) -> None:  # noqa: B027 - optional
         """Flush buffered data."""

@@ -140,8 +140,8 @@ def _default_dirs(trainer: TrainerView) -> list[Path]:
     ]
     roots = {Path(trainer.default_root_dir) / "phalanx_logs"}
     for logger in trainer.loggers:
-        if logger.save_dir is not None:
-            roots.add(Path(logger.save_dir) / logger.name)
+        if logger.save_dir is not None and logger.name is not None:  # MLflow's name is None off rank 0
+            roots.add(Path(logger.save_dir) / str(logger.name))
     for root in roots:
         if root.is_dir():
             dirs.extend(sorted(p / "checkpoints" for p in root.iterdir() if p.is_dir()))

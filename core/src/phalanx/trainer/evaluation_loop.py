@@ -2,6 +2,10 @@
 
 One class serves both stages; only the hook and step names differ. With several dataloaders the
 step receives ``dataloader_idx`` and logged names get a ``/dataloader_idx_N`` suffix, as in Lightning.
+Step-level values (``on_step=True``) go to the loggers after each batch's ``on_*_batch_end`` at the
+count of batches this dataloader has evaluated since the loop's data was set up (Lightning's
+``_seen_batches_per_dataloader``: it continues across the validations of one fit and restarts
+with each ``validate()`` / ``test()`` call; the sanity check neither logs nor counts).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ def no_grad_context(run: Run) -> Any:
         return torch.inference_mode()
     return torch.no_grad()
 
+
 _NAMES = {
     "validate": ("validation", RunningStage.VALIDATING, "limit_val_batches"),
     "test": ("test", RunningStage.TESTING, "limit_test_batches"),
@@ -60,19 +65,24 @@ class EvaluationLoop:
         self.dataloaders: list[Any] = []
         self.num_batches: list[float] = []
         self.has_run = False
+        #: Batches evaluated per dataloader since :meth:`setup`: the logger step of step-level metrics.
+        self.seen_batches: dict[int, int] = {}
 
     def setup(self, run: Run, loaders: list[Any]) -> None:
         """Prepare the dataloaders and count their batches (after ``limit_*_batches``)."""
         config = run.config
         limit = getattr(config, self._limit_name)
         self.has_run = False
+        self.seen_batches = {}
         self.dataloaders = [
             prepare_loader(loader, run.strategy, use_distributed_sampler=config.use_distributed_sampler, shuffle=False)
             for loader in loaders
         ]
         self.num_batches = [limit_batches(limit, num_batches(dl), name=self._limit_name) for dl in self.dataloaders]
 
-    def run(self, run: Run, *, max_batches: float | None = None, stage: RunningStage | None = None) -> list[dict[str, float]]:
+    def run(
+        self, run: Run, *, max_batches: float | None = None, stage: RunningStage | None = None
+    ) -> list[dict[str, float]]:
         """Evaluate once; returns one dict of epoch metrics per dataloader.
 
         Args:
@@ -82,7 +92,9 @@ class EvaluationLoop:
         """
         strategy, hooks, connector = run.strategy, run.hooks, run.metrics
         prefix = f"on_{self._prefix}"
-        step = profiled(run, getattr(strategy, f"{self._prefix}_step"), f"[Strategy]{type(strategy).__name__}.{self._prefix}_step")
+        step = profiled(
+            run, getattr(strategy, f"{self._prefix}_step"), f"[Strategy]{type(strategy).__name__}.{self._prefix}_step"
+        )
         step_name = f"{self._prefix}_step"
         with_batch_idx = takes_batch_idx(getattr(run.module, step_name))
         previous_stage = run.stage
@@ -92,6 +104,7 @@ class EvaluationLoop:
         was_training = run.trainer.model.training
         hooks.call_module(f"{prefix}_model_eval")
         multiple = len(self.dataloaders) > 1
+        sanity = run.stage is RunningStage.SANITY_CHECKING
         try:
             with no_grad_context(run):
                 hooks.call(f"{prefix}_start")
@@ -113,7 +126,14 @@ class EvaluationLoop:
                         output = step(batch, batch_idx, *extra) if with_batch_idx else step(batch, *extra)
                         connector.flush_step()
                         hooks.call(f"{prefix}_batch_end", output, batch, batch_idx, *extra)
+                        if connector.step_updates:
+                            connector.flush_step()
+                        if not sanity:
+                            seen = self.seen_batches.get(dataloader_idx, 0)
+                            connector.log_eval_step_metrics(seen)
+                            self.seen_batches[dataloader_idx] = seen + 1
                 connector.begin_batch(None)
+                connector.epoch_end_reached(self.stage)
                 hooks.call(f"{prefix}_epoch_end")
                 published = connector.epoch_end(self.stage)
                 self.has_run = True

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from phalanx.errors import MisconfigurationError
@@ -77,9 +77,13 @@ class FitLoop:
         self._rng_before_val: dict[str, Any] | None = None
         self._resume: dict[str, Any] | None = None
         self._last_logged_step = -1
-        self._direct: Any = None  # the step run_direct calls, when it replaces the layered step
+        self._direct: Any = None  # the step run_direct calls this epoch, when it replaces the layered step
+        self._direct_candidate: Any = None  # the same, decided once per fit, used in epochs without accumulation
         self._strategy_batch_hook = True
-        self._accumulate = 1
+        #: Batches per optimizer step in the epoch running now: ``Trainer(accumulate_grad_batches)`` when
+        #: fit starts; ``trainer.accumulate_grad_batches = n`` (GradientAccumulationScheduler) changes it.
+        #: Read at each epoch start, so set it before or in ``on_train_epoch_start``.
+        self.accumulate_grad_batches = 1
         self.preemption = Preemption()
 
     @property
@@ -106,7 +110,7 @@ class FitLoop:
         return (
             self.phase != "epoch_end"
             and 0 < self.batches_done < self.num_batches
-            and self.batches_done % self._accumulate != 0
+            and self.batches_done % self.accumulate_grad_batches != 0
         )
 
     def rng_states(self) -> dict[str, Any]:
@@ -138,7 +142,7 @@ class FitLoop:
             MisconfigurationError: A validation interval that does not fit the dataloader.
         """
         config = run.config
-        self._accumulate = config.accumulate_grad_batches
+        self.accumulate_grad_batches = config.accumulate_grad_batches
         self.dataloader = prepare_loader(  # overfitting repeats the same first batches: in order
             loader, run.strategy, use_distributed_sampler=config.use_distributed_sampler, sequential=bool(config.overfit_batches)
         )
@@ -166,12 +170,20 @@ class FitLoop:
         else:
             self.val_check_batch = float(max(1, int(self.num_batches * interval)))
 
-    def estimated_stepping_batches(self, config: TrainerConfig) -> float:
-        """Optimizer steps a fit with ``config`` takes from the start (see ``Trainer.estimated_stepping_batches``)."""
+    def estimated_stepping_batches(self, config: TrainerConfig, factor_at: Callable[[int], int] | None = None) -> float:
+        """Optimizer steps a fit with ``config`` takes from the start (see ``Trainer.estimated_stepping_batches``).
+
+        Args:
+            config: The Trainer's arguments (epochs, steps, ``accumulate_grad_batches``).
+            factor_at: The accumulation factor of each epoch when a schedule changes it
+                (GradientAccumulationScheduler); None: ``config.accumulate_grad_batches`` throughout.
+        """
         if config.max_epochs == -1 or math.isinf(self.num_batches):
             by_epochs = math.inf
-        else:
+        elif factor_at is None:
             by_epochs = math.ceil(self.num_batches / config.accumulate_grad_batches) * config.max_epochs
+        else:  # the last partial window of each epoch steps too, so each epoch is counted on its own
+            by_epochs = sum(math.ceil(self.num_batches / factor_at(epoch)) for epoch in range(config.max_epochs))
         return float(by_epochs if config.max_steps == -1 else min(config.max_steps, by_epochs))
 
     # ------------------------------------------------------------------ running
@@ -208,7 +220,7 @@ class FitLoop:
         run.strategy.on_train_start()
         run.training_step_runs_backward = bool(run.strategy.training_step_runs_backward)
         run.step_takes_batch_idx = takes_batch_idx(run.module.training_step)
-        self._direct = direct_step(run)
+        self._direct_candidate = direct_step(run)
         self._strategy_batch_hook = is_overridden("on_train_batch_start", run.strategy, Strategy)  # a no-op is not called
         profiler = run.profiler
         while not self.done(run):
@@ -289,6 +301,9 @@ class FitLoop:
             restore_rng(resume["rng"].get("current"), self._generators)
             if resume["phase"] == "train" and start > 0:
                 self._check_validation(run, start - 1, is_last=start == self.num_batches)
+        # Accumulation is fixed for the epoch from here (a schedule sets it in on_train_epoch_start):
+        # the direct step, which never accumulates, serves the epochs without it.
+        self._direct = self._direct_candidate if self.accumulate_grad_batches == 1 else None
         sized = not math.isinf(self.num_batches)
         lookahead = None if sized else _with_last(iterator)
         batch_idx = start
@@ -344,7 +359,7 @@ class FitLoop:
                 step_now = True  # no accumulation on this path
                 outputs = run_direct(run, self._direct, batch, batch_idx)
             else:
-                step_now = is_last or (batch_idx + 1) % self._accumulate == 0
+                step_now = is_last or (batch_idx + 1) % self.accumulate_grad_batches == 0
                 outputs = run_automatic(run, batch, batch_idx, step_now=step_now)
             if step_now:
                 self.global_step += 1
@@ -397,6 +412,7 @@ class FitLoop:
             self.phase = "epoch_end"
             trainer, module, hooks, metrics = run.trainer, run.module, run.hooks, run.metrics
             hooks.current = "on_train_epoch_end"
+            metrics.epoch_end_reached("train")
             for hook in hooks.epoch_end_first:
                 hook(trainer, module)
             module.on_train_epoch_end()

@@ -4,6 +4,11 @@ Values stay tensors on their device until something needs a number (the progress
 write every ``log_every_n_steps``, epoch end), so logging adds no per-step device synchronisation.
 Epoch means are weighted by batch size and, with ``sync_dist=True``, reduced across processes as
 ``sum(value * n) / sum(n)``: the exact mean over the whole epoch, not a mean of per-rank means.
+
+Step values logged in validation or test (``self.log(..., on_step=True)`` in ``validation_step``)
+reach the loggers after each batch, as in Lightning: under ``<name>_step`` (``<name>`` when
+``on_epoch=False``), at a step that counts the evaluation batches of that dataloader (not
+``global_step``; it keeps counting across the validations of one fit), without an ``epoch`` column.
 """
 
 from __future__ import annotations
@@ -70,6 +75,14 @@ def _as_tensor(name: str, value: Any) -> torch.Tensor:
     raise MisconfigurationError(msg)
 
 
+def _forked(key: str, word: str) -> str:
+    """``key`` with Lightning's ``_step`` / ``_epoch`` suffix, placed before a ``/dataloader_idx_N`` suffix."""
+    base, sep, index = key.rpartition("/dataloader_idx_")
+    if sep and index.isdigit():
+        return f"{base}_{word}{sep}{index}"
+    return f"{key}_{word}"
+
+
 def _batch_size(batch: Any) -> int:
     """First dimension of the first tensor in ``batch`` (1 when there is none)."""
     if isinstance(batch, torch.Tensor):
@@ -102,6 +115,7 @@ class MetricStore:
         #: Step values logged since the last flush (the loop flushes only when there are some).
         self.step_updates: list[_Metric] = []
         self._logger_pending: dict[str, torch.Tensor] = {}
+        self._eval_step_pending: dict[str, torch.Tensor] = {}
         self._epoch_log: dict[str, torch.Tensor] = {}
         self._batch: Any = None
         self._batch_size: int | None = None
@@ -192,13 +206,23 @@ class MetricStore:
     def flush_step(self) -> None:
         """Publish this batch's step values to ``callback_metrics``, the bar and the logger buffer."""
         for metric in self.step_updates:
-            key = f"{metric.key}_step" if metric.on_epoch else metric.key
+            key = _forked(metric.key, "step") if metric.on_epoch else metric.key
             self.callback_metrics[key] = metric.step_value  # type: ignore[assignment]
             if metric.prog_bar:
                 self.progress_bar[key] = metric.step_value  # type: ignore[assignment]
-            if metric.logger and self.stage == "train":
-                self._logger_pending[key] = metric.step_value  # type: ignore[assignment]
+            if metric.logger:
+                pending = self._logger_pending if self.stage == "train" else self._eval_step_pending
+                pending[key] = metric.step_value  # type: ignore[assignment]
         self.step_updates.clear()
+
+    def log_eval_step_metrics(self, step: int) -> None:
+        """Send this evaluation batch's step values to the loggers at ``step`` (Lightning's per-dataloader count).
+
+        Nothing is written during the sanity check; like Lightning, no ``epoch`` column is added.
+        """
+        pending, self._eval_step_pending = self._eval_step_pending, {}
+        if pending:
+            self._write(pending, step, add_epoch=False)
 
     def log_step_metrics(self, step: int) -> None:
         """Send buffered step values to the loggers (called every ``log_every_n_steps``)."""
@@ -219,17 +243,32 @@ class MetricStore:
             return total / weight
         return strategy.reduce(metric.total, reduce_op=metric.reduce) if sync else metric.total
 
+    def epoch_end_reached(self, stage: str) -> None:
+        """Publish ``stage``'s epoch aggregates so far to ``callback_metrics``, before the epoch-end hooks.
+
+        Lightning computes them when read, so a callback's ``on_train_epoch_end`` /
+        ``on_validation_epoch_end`` finds ``callback_metrics["val_loss"]``; :meth:`epoch_end` runs
+        after the hooks (it also counts what they log) and is what the loggers receive.
+        """
+        for metric in self.stores[stage].values():
+            if metric.on_epoch and metric.total is not None:
+                value = self._compute(metric)
+                self.callback_metrics[_forked(metric.key, "epoch") if metric.on_step else metric.key] = value
+                if metric.on_step:
+                    self.callback_metrics[metric.key] = value
+
     def epoch_end(self, stage: str, *, write: bool = True) -> dict[str, torch.Tensor]:
         """Aggregate ``stage``'s epoch metrics and publish them; write them to the loggers now or,
         with ``write=False``, at :meth:`write_epoch` (after the epoch-end callbacks ran)."""
         self.flush_step()
+        self._eval_step_pending = {}  # step values belong to a batch; none is left at epoch end
         published: dict[str, torch.Tensor] = {}
         to_log: dict[str, torch.Tensor] = {}
         for metric in self.stores[stage].values():
             if not metric.on_epoch or metric.total is None:
                 continue
             value = self._compute(metric)
-            key = f"{metric.key}_epoch" if metric.on_step else metric.key
+            key = _forked(metric.key, "epoch") if metric.on_step else metric.key
             published[key] = value
             self.callback_metrics[key] = value
             if metric.on_step:
@@ -252,12 +291,13 @@ class MetricStore:
             self._write(self._epoch_log, max(self.trainer.global_step - 1, 0))
         self._epoch_log = {}
 
-    def _write(self, metrics: dict[str, torch.Tensor], step: int) -> None:
+    def _write(self, metrics: dict[str, torch.Tensor], step: int, *, add_epoch: bool = True) -> None:
         trainer = self.trainer
         if not trainer.loggers or not trainer.is_global_zero or trainer.sanity_checking:
             return
         numbers_only = {key: float(value) for key, value in metrics.items()}
-        numbers_only["epoch"] = float(trainer.current_epoch)
+        if add_epoch:
+            numbers_only["epoch"] = float(trainer.current_epoch)
         self.logged_metrics.update(numbers_only)
         for logger in trainer.loggers:
             logger.log_metrics(numbers_only, step)
@@ -266,6 +306,7 @@ class MetricStore:
         """Forget ``stage``'s accumulated values (start of an epoch or evaluation run)."""
         self.stores[stage] = {}
         self.step_updates.clear()
+        self._eval_step_pending = {}
 
     @staticmethod
     def results(published: dict[str, torch.Tensor], num_dataloaders: int) -> list[dict[str, float]]:

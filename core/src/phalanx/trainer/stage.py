@@ -166,9 +166,11 @@ def _log_hyperparameters(run: Run) -> None:
     if not trainer.loggers or not run.config.enable_autolog_hparams:
         return
     params = hparams_to_log(run.module, run.datamodule)
-    if params and trainer.is_global_zero:
+    if trainer.is_global_zero:
         for logger in trainer.loggers:
-            logger.log_hyperparams(params)
+            if params:
+                logger.log_hyperparams(params)
+            logger.log_graph(run.module)  # as Lightning: with or without hyperparameters (a no-op unless asked)
             logger.save()
 
 

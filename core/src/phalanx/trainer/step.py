@@ -177,7 +177,7 @@ def run_automatic(run: Run, batch: Any, batch_idx: int, *, step_now: bool) -> An
         step_now: Whether this batch closes an accumulation window (the optimizer steps).
     """
     strategy = run.strategy
-    accumulate = run.config.accumulate_grad_batches
+    accumulate = run.fit_loop.accumulate_grad_batches
     handles = strategy.handles_gradient_accumulation
     closure = TrainingStep(
         run,
@@ -228,18 +228,18 @@ def direct_step(run: Run) -> Callable[..., Any] | None:
     """What :func:`run_direct` calls for ``training_step`` in this fit, or None for the layered step.
 
     Not None when every layer of the step would only pass it through: automatic optimization
-    without accumulation or gradient clipping, no step hook with anything to call, a strategy and a
+    without gradient clipping, no step hook with anything to call, a strategy and a
     precision that declare ``passes_step_through`` (so 32-true), no profiler, and the Module's
     ``optimizer_step`` / ``optimizer_zero_grad`` not overridden. Then the step is the Module's
     ``training_step``, called through the strategy's ``forward_wrapper`` when it has one (DDP's
     wrapper, an FSDP2 module) exactly as the layered step calls it. Decided once, when training
-    starts; anything customised keeps the layered path.
+    starts; anything customised keeps the layered path. Accumulation is judged per epoch by the
+    fit loop (a schedule may change it): the direct step serves only epochs that do not accumulate.
     """
     strategy, module, config = run.strategy, run.module, run.config
     precision = strategy.precision_plugin
     direct = (
         module.automatic_optimization
-        and config.accumulate_grad_batches == 1
         and not config.gradient_clip_val
         and not run.hooks.custom_clipping
         and run.hooks.live.isdisjoint(STEP_HOOKS)

@@ -54,7 +54,7 @@ class Scored(PhalanxNet):
         write_json(
             str(OUT / f"{self.scenario}.rank{self.trainer.global_rank}.json"),
             {
-                "best_k": {os.path.basename(k): v for k, v in callback.best_k_models.items()},
+                "best_k": {os.path.basename(k): float(v) for k, v in callback.best_k_models.items()},
                 "best": os.path.basename(callback.best_model_path),
                 "calls": CALLS,
                 "initial": self._initial,
