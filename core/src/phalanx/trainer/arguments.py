@@ -10,43 +10,34 @@ accepted and a concrete fix, and returns the normalised value.
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from phalanx.errors import MisconfigurationError
-from phalanx.module import Module
 from phalanx.trainer.config import TrainerConfig
-from phalanx.utilities.model_helpers import is_overridden
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
-    "add_default_callbacks",
-    "add_module_callbacks",
+    "argument_error",
+    "as_list",
     "check_barebones",
     "check_fast_dev_run",
     "check_max_time",
     "check_model_registry",
     "check_overfit",
-    "check_profiler",
     "check_sanity_steps",
     "check_bool",
-    "check_callbacks",
     "check_clip",
     "check_deterministic",
     "check_int",
     "check_limit",
-    "check_loggers",
     "check_max_epochs",
     "check_root_dir",
     "check_val_check_interval",
 ]
 
 
-def _fail(name: str, value: Any, expected: str, fix: str) -> MisconfigurationError:
+def argument_error(name: str, value: Any, expected: str, fix: str) -> MisconfigurationError:
     shown = f"{value!r} (type {type(value).__name__})"
     return MisconfigurationError(f"Trainer({name}={shown}) is invalid: expected {expected}. Fix: {fix}.")
 
@@ -58,7 +49,7 @@ def _is_int(value: Any) -> bool:
 def check_bool(name: str, value: Any) -> bool:
     """``value`` must be a real bool (``1`` or ``"yes"`` are typos, not flags)."""
     if not isinstance(value, bool):
-        raise _fail(name, value, "True or False", f"pass {name}=True or {name}=False")
+        raise argument_error(name, value, "True or False", f"pass {name}=True or {name}=False")
     return value
 
 
@@ -68,7 +59,7 @@ def check_int(name: str, value: Any, *, minimum: int, allow_none: bool = False, 
         return None
     if not _is_int(value) or value < minimum:
         expected = f"an int >= {minimum}" + (" or None" if allow_none else "")
-        raise _fail(name, value, expected, f"pass e.g. {name}={example}")
+        raise argument_error(name, value, expected, f"pass e.g. {name}={example}")
     return int(value)
 
 
@@ -77,7 +68,7 @@ def check_max_epochs(value: Any) -> int | None:
     if value is None:
         return None
     if not _is_int(value) or value < -1:
-        raise _fail("max_epochs", value, "an int >= 0, -1 (no limit) or None", "pass e.g. max_epochs=10")
+        raise argument_error("max_epochs", value, "an int >= 0, -1 (no limit) or None", "pass e.g. max_epochs=10")
     return int(value)
 
 
@@ -87,15 +78,15 @@ def check_limit(name: str, value: Any) -> int | float:
         return 1.0
     if _is_int(value):
         if value < 0:
-            raise _fail(name, value, "a float in [0.0, 1.0] or an int >= 0", f"pass e.g. {name}=0.25 or {name}=10")
+            raise argument_error(name, value, "a float in [0.0, 1.0] or an int >= 0", f"pass e.g. {name}=0.25 or {name}=10")
         return int(value)
     if isinstance(value, float):
         if not 0.0 <= value <= 1.0:
-            raise _fail(
+            raise argument_error(
                 name, value, "a float in [0.0, 1.0] (a fraction) or an int >= 0 (a count)", f"pass e.g. {name}=0.5"
             )
         return value
-    raise _fail(name, value, "a float in [0.0, 1.0] or an int >= 0", f"pass e.g. {name}=1.0")
+    raise argument_error(name, value, "a float in [0.0, 1.0] or an int >= 0", f"pass e.g. {name}=1.0")
 
 
 def check_val_check_interval(value: Any) -> int | float:
@@ -107,13 +98,13 @@ def check_val_check_interval(value: Any) -> int | float:
     if isinstance(value, float) and 0.0 < value <= 1.0:
         return value
     if isinstance(value, (str, dict, timedelta)):
-        raise _fail(
+        raise argument_error(
             "val_check_interval",
             value,
             "a fraction of an epoch or a number of training batches (time-based validation is not implemented)",
             "pass a batch count, e.g. val_check_interval=500, or validate from a callback on a timer",
         )
-    raise _fail(
+    raise argument_error(
         "val_check_interval",
         value,
         "a float in (0.0, 1.0] (fraction of an epoch) or an int > 0 (training batches)",
@@ -124,10 +115,10 @@ def check_val_check_interval(value: Any) -> int | float:
 def check_clip(value: Any, algorithm: Any) -> tuple[float | None, str]:
     """``gradient_clip_val`` >= 0 (None/0 disable) and ``gradient_clip_algorithm`` in norm/value."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-        raise _fail("gradient_clip_val", value, "a number >= 0 or None", "pass e.g. gradient_clip_val=1.0")
+        raise argument_error("gradient_clip_val", value, "a number >= 0 or None", "pass e.g. gradient_clip_val=1.0")
     algorithm_name = getattr(algorithm, "value", algorithm)
     if not isinstance(algorithm_name, str) or algorithm_name.lower() not in ("norm", "value"):
-        raise _fail(
+        raise argument_error(
             "gradient_clip_algorithm", algorithm, "'norm' or 'value'", "pass gradient_clip_algorithm='norm' or 'value'"
         )
     return (float(value) if value is not None else None), algorithm_name.lower()
@@ -138,7 +129,7 @@ def check_root_dir(value: Any) -> str:
     if value is None:
         return os.getcwd()
     if not isinstance(value, (str, os.PathLike)):
-        raise _fail("default_root_dir", value, "a path (str or os.PathLike) or None", "pass default_root_dir='runs'")
+        raise argument_error("default_root_dir", value, "a path (str or os.PathLike) or None", "pass default_root_dir='runs'")
     return os.fspath(value)
 
 
@@ -146,26 +137,15 @@ def check_deterministic(value: Any) -> bool | str:
     """True, False or ``"warn"`` (deterministic algorithms that only warn when unavailable)."""
     if isinstance(value, bool) or value == "warn":
         return value  # type: ignore[no-any-return]
-    raise _fail("deterministic", value, "True, False or 'warn'", "pass deterministic=True")
+    raise argument_error("deterministic", value, "True, False or 'warn'", "pass deterministic=True")
 
 
-def _as_list(value: Any) -> list[Any]:
+def as_list(value: Any) -> list[Any]:
     if value is None:
         return []
     if isinstance(value, (list, tuple)):
         return list(value)
     return [value]
-
-
-def _named(argument: str, value: Any, registry: Any, name: str, **params: Any) -> Any:
-    """Build the registered ``name``; an unknown one names the Trainer argument as well as the choices."""
-    from phalanx.errors import UnknownNameError
-
-    try:
-        return registry.get(name, **params)
-    except UnknownNameError as err:
-        msg = f"Trainer({argument}={value!r}): {err}"
-        raise UnknownNameError(msg) from None
 
 
 def check_positive_int(name: str, value: Any) -> int:
@@ -175,153 +155,23 @@ def check_positive_int(name: str, value: Any) -> int:
     return int(checked)
 
 
-def check_callbacks(value: Any) -> list[Any]:
-    """A Callback, a registered callback name, or a list of them; names become instances here."""
-    from phalanx.callbacks.callback import Callback
-    from phalanx.registry import CallbackRegistry
-
-    callbacks = [_named("callbacks", value, CallbackRegistry, i) if isinstance(i, str) else i for i in _as_list(value)]
-    for item in callbacks:
-        if not isinstance(item, Callback):
-            raise _fail(
-                "callbacks",
-                value,
-                f"a phalanx.callbacks.Callback, a registered name ({', '.join(CallbackRegistry.names())}) or a list of them",
-                f"subclass phalanx.callbacks.Callback (got an item of type {type(item).__name__})",
-            )
-    return callbacks
-
-
-def check_loggers(value: Any, root_dir: str) -> list[Any]:
-    """True (a CSVLogger under ``default_root_dir``), False/None, a Logger, a registered logger name, or a list.
-
-    A name builds the registered logger with ``save_dir=root_dir``, so ``logger="tensorboard"``
-    writes where ``logger=True`` would.
-    """
-    from phalanx.loggers import CSVLogger, Logger
-    from phalanx.registry import LoggerRegistry
-
-    if value is True:
-        return [CSVLogger(root_dir)]
-    if value is False or value is None:
-        return []
-    items = _as_list(value) if isinstance(value, (list, tuple, Logger, str)) else None
-    loggers = None
-    if items is not None:
-        loggers = [
-            _named("logger", value, LoggerRegistry, i, save_dir=root_dir) if isinstance(i, str) else i for i in items
-        ]
-    if loggers is None or not all(isinstance(item, Logger) for item in loggers):
-        choices = (
-            f"True, False, a phalanx.loggers.Logger, a registered name ({', '.join(LoggerRegistry.names())}) or a list"
-        )
-        raise _fail("logger", value, choices, "pass logger=True")
-    return loggers
-
-
 def check_plugins(value: Any) -> list[Any]:
     """None, one plugin or a list; each item is checked by the connector against the registries."""
-    items = _as_list(value)
+    items = as_list(value)
     if not isinstance(value, (list, tuple)) and isinstance(value, Iterable) and not isinstance(value, str):
-        raise _fail("plugins", value, "a plugin, a registered plugin name, or a list of them", "pass plugins=[...]")
+        raise argument_error("plugins", value, "a plugin, a registered plugin name, or a list of them", "pass plugins=[...]")
     return items
 
 
 def check_model_registry(value: Any) -> None:
     """``model_registry`` is a hosted-service upload in Lightning; phalanx has no such service."""
     if value is not None:
-        raise _fail(
+        raise argument_error(
             "model_registry",
             value,
             "None (phalanx uploads nowhere)",
             "drop model_registry and copy the checkpoint files (ModelCheckpoint.best_model_path) where you keep models",
         )
-
-
-def check_profiler(value: Any) -> Any:
-    """None, ``"simple"``, ``"advanced"``, ``"pytorch"`` or a :class:`phalanx.profilers.Profiler`; None when off."""
-    if value is None:
-        return None
-    from phalanx.profilers import resolve_profiler
-
-    try:
-        return resolve_profiler(value)
-    except MisconfigurationError as error:
-        raise _fail(
-            "profiler",
-            value,
-            "None, 'simple', 'advanced', 'pytorch' or a phalanx.profilers.Profiler",
-            "pass profiler='simple'",
-        ) from error
-
-
-def add_default_callbacks(
-    callbacks: list[Any], checkpointing_on: bool, bar_on: bool, config: TrainerConfig
-) -> list[Any]:
-    """Add the default progress bar / model summary / ModelCheckpoint (and a Timer for ``max_time``);
-    put checkpointing callbacks last.
-
-    Checkpointing runs after every other callback so the state it saves is final for the step.
-
-    Raises:
-        MisconfigurationError: A ModelCheckpoint/progress bar given while its flag is False.
-    """
-    from phalanx.callbacks.model_checkpoint import ModelCheckpoint
-    from phalanx.callbacks.model_summary import ModelSummary
-    from phalanx.callbacks.progress import TQDMProgressBar
-    from phalanx.callbacks.progress_bar import ProgressBar
-    from phalanx.callbacks.timer import Timer
-
-    has_ckpt = any(isinstance(cb, ModelCheckpoint) for cb in callbacks)
-    has_bar = any(isinstance(cb, ProgressBar) for cb in callbacks)
-    if has_ckpt and not checkpointing_on:
-        msg = "Trainer(enable_checkpointing=False) conflicts with the ModelCheckpoint in callbacks; drop one of them."
-        raise MisconfigurationError(msg)
-    if has_bar and not bar_on:
-        msg = "Trainer(enable_progress_bar=False) conflicts with the progress bar in callbacks; drop one of them."
-        raise MisconfigurationError(msg)
-    callbacks = list(callbacks)
-    if config.enable_model_summary and not any(isinstance(cb, ModelSummary) for cb in callbacks):
-        callbacks.append(ModelSummary())
-    if bar_on and not has_bar:
-        callbacks.append(TQDMProgressBar())
-    if config.max_time is not None:
-        if any(isinstance(cb, Timer) for cb in callbacks):
-            warnings.warn(
-                "Trainer(max_time=...) is ignored: callbacks already hold a Timer, which decides.", stacklevel=3
-            )
-        else:
-            callbacks.append(Timer(duration=config.max_time, interval="step"))
-    if checkpointing_on and not has_ckpt:
-        callbacks.append(ModelCheckpoint())
-    last = [cb for cb in callbacks if isinstance(cb, ModelCheckpoint)]
-    return [cb for cb in callbacks if not isinstance(cb, ModelCheckpoint)] + last
-
-
-def add_module_callbacks(callbacks: list[Any], module: Any) -> list[Any]:
-    """Merge what ``module.configure_callbacks()`` returns: each replaces the Trainer's callbacks of
-    its type, the rest are added; checkpointing callbacks stay last (Lightning's rule).
-
-    Raises:
-        MisconfigurationError: ``configure_callbacks`` returned something that is not a Callback.
-    """
-    from phalanx.callbacks.callback import Callback
-    from phalanx.callbacks.model_checkpoint import ModelCheckpoint
-
-    if not is_overridden("configure_callbacks", module, Module):
-        return callbacks
-    extra = _as_list(module.configure_callbacks())
-    wrong = [type(cb).__qualname__ for cb in extra if not isinstance(cb, Callback)]
-    if wrong:
-        msg = (
-            f"{type(module).__qualname__}.configure_callbacks() returned {wrong}; return a Callback or a list of "
-            "phalanx.callbacks.Callback instances."
-        )
-        raise MisconfigurationError(msg)
-    types = {type(cb) for cb in extra}
-    merged = [cb for cb in callbacks if type(cb) not in types and not any(cb is e for e in extra)] + extra
-    last = [cb for cb in merged if isinstance(cb, ModelCheckpoint)]
-    return [cb for cb in merged if not isinstance(cb, ModelCheckpoint)] + last
 
 
 def check_fast_dev_run(value: Any) -> int:
@@ -331,7 +181,7 @@ def check_fast_dev_run(value: Any) -> int:
     if value is False:
         return 0
     if not _is_int(value) or value < 0:
-        raise _fail("fast_dev_run", value, "True, False or an int >= 0", "pass fast_dev_run=True or fast_dev_run=5")
+        raise argument_error("fast_dev_run", value, "True, False or an int >= 0", "pass fast_dev_run=True or fast_dev_run=5")
     return int(value)
 
 
@@ -340,7 +190,7 @@ def check_sanity_steps(value: Any, *, off: bool) -> int | float:
     if value is None:
         return 0 if off else 2
     if not _is_int(value) or value < -1:
-        raise _fail(
+        raise argument_error(
             "num_sanity_val_steps", value, "an int >= 0, -1 (all batches) or None", "pass e.g. num_sanity_val_steps=0"
         )
     return float("inf") if value == -1 else int(value)
@@ -352,7 +202,7 @@ def check_overfit(value: Any) -> int | float:
         return int(value)
     if isinstance(value, float) and 0.0 <= value <= 1.0:
         return value
-    raise _fail("overfit_batches", value, "a float in [0.0, 1.0] or an int >= 0", "pass e.g. overfit_batches=10")
+    raise argument_error("overfit_batches", value, "a float in [0.0, 1.0] or an int >= 0", "pass e.g. overfit_batches=10")
 
 
 def check_max_time(value: Any) -> Any:
@@ -364,7 +214,7 @@ def check_max_time(value: Any) -> Any:
     try:
         return parse_duration(value)
     except MisconfigurationError as error:
-        raise _fail(
+        raise argument_error(
             "max_time",
             value,
             "'DD:HH:MM:SS', a dict such as {'hours': 1}, or a datetime.timedelta",

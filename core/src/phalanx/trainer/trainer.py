@@ -18,7 +18,7 @@ from typing import Any
 from phalanx.callbacks.callback import Callback
 from phalanx.errors import MisconfigurationError
 from phalanx.loggers.logger import Logger
-from phalanx.trainer import arguments, checkpointing, entry_points
+from phalanx.trainer import arguments, checkpointing, components, entry_points
 from phalanx.trainer.config import TrainerConfig
 from phalanx.trainer.evaluation_loop import EvaluationLoop
 from phalanx.trainer.fit_loop import FitLoop
@@ -150,14 +150,14 @@ class Trainer(TrainerProperties):
         )
         enable_checkpointing = arguments.check_bool("enable_checkpointing", on if enable_checkpointing is None else enable_checkpointing)
         enable_progress_bar = arguments.check_bool("enable_progress_bar", on if enable_progress_bar is None else enable_progress_bar)
-        user_callbacks = arguments.check_callbacks(callbacks)
+        user_callbacks = components.check_callbacks(callbacks)
         if self.config.fast_dev_run:
             logger = False  # a fast_dev_run writes nothing: no logs, and ModelCheckpoint skips saving
             rank_zero_info(
                 f"Running in fast_dev_run mode: each loop runs {self.config.fast_dev_run} batch(es); "
                 "logging and checkpointing are off."
             )
-        self._loggers: list[Any] = arguments.check_loggers(on if logger is None else logger, self.config.default_root_dir)
+        self._loggers: list[Any] = components.check_loggers(on if logger is None else logger, self.config.default_root_dir)
         resolved = resolve_strategy(
             accelerator=accelerator,
             strategy=strategy,
@@ -171,10 +171,10 @@ class Trainer(TrainerProperties):
         #: The registry name the strategy was resolved from (recorded in checkpoints).
         self.strategy_name: str = resolved.strategy_name
         self._num_devices: int = resolved.num_devices
-        self._callbacks: list[Callback] = arguments.add_default_callbacks(
+        self._callbacks: list[Callback] = components.add_default_callbacks(
             user_callbacks, enable_checkpointing, enable_progress_bar, self.config
         )
-        self._profiler: Any = arguments.check_profiler(profiler)
+        self._profiler: Any = components.check_profiler(profiler)
         self._state = TrainerState()
         self.fit_loop = FitLoop()
         self.val_loop = EvaluationLoop("validate")
@@ -313,7 +313,7 @@ class Trainer(TrainerProperties):
         self._datamodule = loaders.get("datamodule")
         self._ckpt_path = ckpt_path
         self._state.fn, self._state.stage, self._state.status = fn, _FIRST_STAGE[fn], "running"
-        self._callbacks = arguments.add_module_callbacks(self._callbacks, model)
+        self._callbacks = components.add_module_callbacks(self._callbacks, model)
         self.run = self._new_run(fn, model)
         return run_stage(self.run, loaders, ckpt_path, options)
 
