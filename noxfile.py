@@ -184,7 +184,7 @@ def bench(session: nox.Session) -> None:
     depends on it.
     """
     _install_torch(session)
-    session.install("./core", "psutil", "matplotlib", "pytorch-lightning>=2.6,<2.7")
+    session.install("./core[tensorboard]", "psutil", "matplotlib", "pytorch-lightning>=2.6,<2.7")
     for name in PACKAGES:  # every plugin: `phalanx strategies` is timed with all of them installed
         _install_package(session, name)
     session.install("./tests/plugins/phalanx-testplugin")
