@@ -95,7 +95,10 @@ class DeviceStatsMonitor(Callback):
         self._log(trainer, "on_train_batch_end", count=before + 1, step=max(before, 0))
 
     def _eval(self, trainer: TrainerView, hook: str) -> None:
-        self._log(trainer, hook, count=trainer.global_step + 1, step=trainer.global_step)
+        # Lightning logs at its count of batches that stepped, which trails global_step by the
+        # batch just stepped while a validation inside fit runs: the step validation metrics use.
+        step = max(trainer.global_step - 1, 0) if trainer.state.fn == "fit" else trainer.global_step
+        self._log(trainer, hook, count=step + 1, step=step)
 
     def on_validation_batch_start(
         self, trainer: TrainerView, pl_module: Module, batch: Any, batch_idx: int, dataloader_idx: int = 0
