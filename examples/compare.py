@@ -73,7 +73,7 @@ def _run(script: Path, strategy: str, processes: int, args: argparse.Namespace, 
 
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:
-    header = ["strategy", "processes", "train loss", "val loss", "wall time", "peak memory per rank"]
+    header = ["strategy", "processes", "train loss", "val loss", "wall time (incl. start-up)", "peak memory per rank"]
     cells = [
         [
             row["strategy"],

@@ -213,8 +213,10 @@ if __name__ == "__main__":
             for name, value in (("train_loss", train_loss), ("val_loss", val_loss))
             if value is not None
         }
+        # Only trainer.fit is timed here; --compare's "wall time" column also counts the
+        # interpreter, the torch import and the launch of every process, so it is larger.
         print(
-            f"done in {elapsed:.1f}s: "
+            f"trainer.fit took {elapsed:.1f} s (training + validation; start-up and process launch not included): "
             + ", ".join(f"{k}={v}" for k, v in shown.items())
             + f" (chance level {math.log(len(vocab)):.3f})"
         )
@@ -230,8 +232,11 @@ if __name__ == "__main__":
         }
         Path(f"{args.report}.rank{trainer.global_rank}.json").write_text(json.dumps(report))
     # Every rank samples: with a sharded strategy (fsdp) each forward gathers parameters collectively.
+    # Every run draws from the same seeded generator, so equal weights give equal text; weights that
+    # differ in the last digits (one process sums a batch's gradient in another order than two
+    # processes averaging theirs) can tip one draw, and the texts part from that character on.
     model.float()
     prompt = ids[split : split + args.block_size]
     continuation = model.sample(prompt, 120)
     if trainer.is_global_zero:
-        print("sample:", repr("".join(vocab[int(i)] for i in continuation)))
+        print("sample (seed 0, temperature 0.7):", repr("".join(vocab[int(i)] for i in continuation)))

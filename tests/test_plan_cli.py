@@ -42,9 +42,22 @@ def test_table_fits_100_columns_and_every_strategy_has_a_row(capsys: pytest.Capt
     assert any(line.startswith("OTHER:") and "gathered" in line for line in lines), out  # the legend
 
 
-def test_json_matches_the_estimates_and_single_device_is_the_plain_arithmetic(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = plan(capsys, f"{EXAMPLES}:build_small", "--strategy", "single_device", "--strategy", "fsdp",
-                        "--devices", "4", "--json", "--input-shape", "2,128")
+def test_json_matches_the_estimates_and_single_device_is_the_plain_arithmetic(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = plan(
+        capsys,
+        f"{EXAMPLES}:build_small",
+        "--strategy",
+        "single_device",
+        "--strategy",
+        "fsdp",
+        "--devices",
+        "4",
+        "--json",
+        "--input-shape",
+        "2,128",
+    )
     assert code == 0
     report = json.loads(out)
     numel = report["model"]["parameters"]
@@ -53,11 +66,39 @@ def test_json_matches_the_estimates_and_single_device_is_the_plain_arithmetic(ca
     assert rows["single_device"]["optimizer_states"] == 8 * numel
     assert rows["single_device"]["activations"] > 0
     assert abs(rows["fsdp"]["parameters"] - numel) <= 0.01 * numel  # a quarter of 4 bytes each
-    assert rows["fsdp"]["total"] == sum(rows["fsdp"][k] for k in ("parameters", "gradients", "optimizer_states", "activations", "other"))
+    assert rows["fsdp"]["total"] == sum(
+        rows["fsdp"][k] for k in ("parameters", "gradients", "optimizer_states", "activations", "other")
+    )
+
+
+def test_folded_counts_are_derived_and_explained_while_json_lists_every_name(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, table, _ = plan(capsys, f"{EXAMPLES}:build_small", "--devices", "8")
+    assert code == 0
+    code, out, _ = plan(capsys, f"{EXAMPLES}:build_small", "--devices", "8", "--json")
+    assert code == 0
+    rows = json.loads(out)["strategies"]
+    names = [row["strategy"] for row in rows]
+    assert "ddp_find_unused_parameters_true" in names and not any("(+" in name for name in names)  # never folded
+    same = [row["strategy"] for row in rows if row["estimate"] == rows[names.index("ddp")]["estimate"]]
+    first = same[0]
+    assert any(line.startswith(f"{first} (+{len(same) - 1}) ") for line in table.splitlines()), (same, table)
+    assert "(+N): N more names with the same estimate" in table  # the output says what the count means
+    help_text = " ".join(_help(capsys).split())
+    assert "'ddp (+N)' stands for ddp and N more names with the same estimate" in help_text
+
+
+def _help(capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    return capsys.readouterr().out
 
 
 def test_70b_plans_in_seconds_without_memory(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = plan(capsys, f"{EXAMPLES}:build_70b", "--devices", "8", "--strategy", "fsdp", "--device-memory", "80GiB")
+    code, out, _ = plan(
+        capsys, f"{EXAMPLES}:build_70b", "--devices", "8", "--strategy", "fsdp", "--device-memory", "80GiB"
+    )
     assert code == 0 and "NO" in out and "nothing fits" in out and "auto_wrap_policy" in out
 
 
@@ -91,7 +132,9 @@ def test_bad_input_is_one_error_with_exit_2(capsys: pytest.CaptureFixture[str], 
 
 def test_model_that_cannot_be_built_on_meta_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     factory = tmp_path / "bad.py"
-    factory.write_text("import torch\ndef build():\n    w = torch.ones(3)\n    return torch.nn.Linear(int(w.sum().item()), 2)\n")
+    factory.write_text(
+        "import torch\ndef build():\n    w = torch.ones(3)\n    return torch.nn.Linear(int(w.sum().item()), 2)\n"
+    )
     code, _, err = plan(capsys, f"{factory}:build")
     err = " ".join(err.split())  # the message is wrapped to the terminal
     assert code == 2 and "cannot be built on the meta device" in err and "Fix:" in err and ".item()" in err

@@ -1,4 +1,4 @@
-"""`phalanx doctor`: real processes; pass, fail, skipped and hung checks; nothing left behind."""
+"""`phalanx doctor`: real processes; pass, fail, skipped and hung checks; a strategy's own model hook; nothing left behind."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ def phalanx_register_strategies(registry):
     registry.register("fake_raises", "phalanx_fake_doctor_impl:Raises", "raises in setup")
     registry.register("fake_hangs", "phalanx_fake_doctor_impl:Hangs", "never finishes setup")
     registry.register("fake_missing", "phalanx_fake_doctor_impl:Raises", "needs a library", requires=("phalanx-no-such-lib>=1",))
+    registry.register("fake_own_model", "phalanx_fake_doctor_impl:NeedsOwnModel", "prepares its model itself")
 """
 
 IMPL = """
@@ -33,6 +34,18 @@ class Raises(SingleDeviceStrategy):
 class Hangs(SingleDeviceStrategy):
     def setup(self, trainer):
         time.sleep(600)
+
+class NeedsOwnModel(SingleDeviceStrategy):
+    # Refuses a model it did not prepare, as a vendor's pipeline strategy would.
+
+    def doctor_configure_model(self, model):
+        model.prepared_by_vendor = True
+        return "vendor split x1"
+
+    def setup(self, trainer):
+        if not any(getattr(m, "prepared_by_vendor", False) for m in self.lightning_module.modules()):
+            raise RuntimeError("NeedsOwnModel refuses a model it did not prepare")
+        super().setup(trainer)
 """
 
 
@@ -85,12 +98,17 @@ def test_allreduce_and_single_device_fit_pass() -> None:
 def test_failures_skips_and_hangs_are_reported_and_cleaned_up(site_packages: SitePackages) -> None:
     site_packages.add("phalanx-fake-doctor", module_source=PLUGIN)
     (site_packages.root / "phalanx_fake_doctor_impl.py").write_text(IMPL)
-    result, left = _doctor("--strategy", "fake_raises", "--strategy", "fake_missing", "--strategy", "fake_hangs", "--timeout", "25")
+    names = ("fake_raises", "fake_missing", "fake_hangs", "fake_own_model")
+    result, left = _doctor(*(arg for name in names for arg in ("--strategy", name)), "--timeout", "25")
     out = result.stdout
     assert result.returncode == 1, out + result.stderr
     assert "fail" in _line(out, "fake_raises") and "deliberate failure for the doctor test" in out
     missing = _line(out, "fake_missing")
     assert "skipped" in missing and "phalanx-no-such-lib>=1" in missing
     assert "fail" in _line(out, "fake_hangs") and "did not finish within 25s (killed)" in out
-    assert out.strip().endswith("1 passed, 2 failed, 1 skipped")
+    # The strategy's doctor_configure_model prepared the model (its setup refuses any other) and
+    # its description is on the line; the loss still had to fall.
+    own = _line(out, "fake_own_model")
+    assert "pass" in own and "1 process, vendor split x1, loss" in own, out
+    assert out.strip().endswith("2 passed, 2 failed, 1 skipped")
     assert left == []

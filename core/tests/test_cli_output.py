@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from plugin_fixtures import SitePackages
@@ -92,61 +91,6 @@ def test_bad_input_prints_usage_and_the_closest_match(args: list[str], usage: st
     assert suggestion in " ".join(result.stderr.split())  # messages are wrapped at word boundaries
 
 
-BAD_FACTORY = "def build_model():\n    return None\n"
-
-
-def _bad_inputs(factory: str, missing: str) -> list[tuple[list[str], str]]:
-    """(argv, a piece of the fix) for bad input of every kind the command parses."""
-    return [
-        (["strategis"], "Fix: use 'strategies'"),
-        (["strategies", "--jsn"], "Fix: use '--json'"),
-        (["env", "--torhc"], "Fix: use '--torch'"),
-        (["doctor", "--strategy", "single_devce"], "Fix: choose a name from `phalanx strategies --all`"),
-        (["doctor", "--timeout", "-3"], "Fix: pass e.g. --timeout 120"),
-        (["checkpoint", "convrt", "a", "b"], "Fix: use 'convert'"),
-        (["plan", f"{factory}:build_modle"], "Fix: name a function that returns the nn.Module"),
-        (["plan", f"{missing}:build"], "Fix: pass MODULE:FACTORY"),
-        (["plan", "phalanx_no_such_module_at_all:build"], "Fix: check the module path"),
-        (["plan", f"{factory}:build_model", "--strategy", "single_devce"], "Fix: choose a name"),
-        (["plan", f"{factory}:build_model", "--devices", "x"], "Fix: pass e.g. --devices 8"),
-        (["plan", f"{factory}:build_model", "--devices", "0"], "Fix: pass e.g. --devices 8"),
-        (["plan", f"{factory}:build_model", "--devcies", "2"], "Fix: use '--devices'"),
-        (["plan", f"{factory}:build_model", "--device-memory", "lots"], "Fix:"),
-        (["plan"], "Fix: see `phalanx plan --help`"),
-    ]
-
-
-@pytest.mark.parametrize("columns", [200, 60])
-def test_every_bad_input_message_fits_the_width_with_the_fix_on_its_own_line(
-    columns: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from phalanx.cli import main
-
-    monkeypatch.chdir(tmp_path)  # short relative paths: a path longer than the width stays whole on its line
-    factory = Path("factories.py")
-    factory.write_text(BAD_FACTORY)
-    missing = Path("no_such_dir") / "models.py"
-    monkeypatch.setenv("COLUMNS", str(columns))  # a wide terminal must still get 100 columns at most
-    width = min(columns, 100)
-    for argv, fix in _bad_inputs(str(factory), str(missing)):
-        try:
-            code = main(argv)
-        except SystemExit as exit_:
-            code = int(exit_.code or 0)
-        out, err = capsys.readouterr()
-        assert code == 2 and out == "", (argv, out, err)
-        lines = err.splitlines()
-        assert max(len(line) for line in lines) <= width, (argv, err)
-        fix_lines = [i for i, line in enumerate(lines) if line.lstrip().startswith("Fix:")]
-        assert len(fix_lines) == 1, (argv, err)  # exactly one fix, starting its own line
-        fix_text = " ".join(line.strip() for line in lines[fix_lines[0] :])
-        assert fix_text.startswith(fix), (argv, err)
-        error_line = next(line for line in lines if ": error: " in line)
-        assert "Fix:" not in error_line, (argv, err)
-        if str(missing) in " ".join(err.split()) and len(str(missing)) + 4 < width:
-            assert any(str(missing) in line for line in lines), err  # a path is never split
-
-
 def test_wrapping_keeps_commands_and_paths_whole() -> None:
     from phalanx._cli.messages import format_error
 
@@ -190,3 +134,51 @@ def test_cut_strategy_names_keep_their_distinguishing_end_and_stay_unique() -> N
     assert all(len(text) <= 27 for text in shown) and len(set(shown)) == len(shown), shown
     assert shown[1].endswith("..._true") and shown[2].endswith("..._false"), shown
     assert shown[3].endswith("_nvme (+1) *"), shown
+
+
+def _report(*, activations: bool) -> object:
+    """A plan of two strategies, one offloading, built by hand: no plugin or model needed."""
+    from phalanx.memory import MemoryEstimate, ModelSummary, ParameterShape
+    from phalanx.planning import PlanReport, PlanRow
+
+    summary = ModelSummary(
+        (ParameterShape("w", (1000, 1000), "float32", True),), activation_bytes=7 if activations else None
+    )
+    big = MemoryEstimate(2**30, 2**30, 2 * 2**30, 7 if activations else None, 3 * 2**20)
+    off = MemoryEstimate(0, 0, 0, 7 if activations else None, 5 * 2**20, cpu=3 * 2**30, nvme=2**30)
+    rows = (
+        PlanRow("ddp (+11)", big, False),
+        PlanRow("deepspeed_stage_3_offload_nvme", off, True),
+    )
+    return PlanReport(
+        summary, rows, devices=8, num_nodes=1, precision="32-true", optimizer="adamw", device_memory=2**30
+    )
+
+
+@pytest.mark.parametrize("activations", [False, True])
+@pytest.mark.parametrize("width", [100, 80, 60, 50])
+def test_a_narrow_plan_table_drops_detail_columns_never_total_or_fits(width: int, activations: bool) -> None:
+    from phalanx.planning import render
+
+    lines = render(_report(activations=activations), width=width).splitlines()  # type: ignore[arg-type]
+    assert max(len(line) for line in lines) <= width, "\n".join(lines)
+    header = next(line for line in lines if line.startswith("STRATEGY"))
+    titles = header.split()
+    assert titles[-3:] == ["TOTAL", "FITS", "HOST"], header
+    ddp = next(line for line in lines if line.startswith("ddp (+11)"))
+    nvme = next(line for line in lines if line.startswith("deepspee"))
+    assert ddp.split()[-2:] == ["4GiB", "NO"], ddp  # 1 + 1 + 2 GiB (+ 3 MiB), rounded
+    assert nvme.split()[-3:] == ["yes", "cpu:3GiB", "nvme:1GiB"], nvme
+    assert nvme.split()[0].endswith("_nvme"), nvme  # cut in the middle, end kept
+    hidden = [t for t in ("PARAMS", "GRADS", "OPTIM", "ACTIV", "OTHER") if t not in titles]
+    note = " ".join(line.strip() for line in lines if "not shown in" in line or line.startswith("  "))
+    shown_hidden = [t for t in hidden if t != "ACTIV" or activations]
+    if shown_hidden:
+        assert f"{', '.join(shown_hidden)} not shown in {width} columns" in note, "\n".join(lines)
+    else:
+        assert "not shown in" not in note
+    if width == 100:
+        assert hidden == [], header  # the full table fits 100 columns
+    assert any(line.startswith("(+N): N more names with the same estimate") for line in lines), "\n".join(lines)
+    assert any(line.startswith("OTHER:") for line in lines)
+    assert lines[0].startswith("1M parameters; 8 ranks (1 x 8);"), lines[0]

@@ -24,10 +24,12 @@ __all__ = ["install_hint", "likely_provider", "providing_distribution"]
 if TYPE_CHECKING:
     _Candidate = TypeVar("_Candidate")
 
-# Name prefixes of the first-party plugin packages, longest match wins.
+# Name prefixes of the first-party plugin packages, longest match wins. Kept in step with what the
+# packages register by core/tests/test_hints.py, which runs each package's own registration hooks.
 _NAME_PREFIXES: dict[str, str] = {
     "ddp": "phalanx-strategy-ddp",
     "fsdp": "phalanx-strategy-fsdp",
+    "hsdp": "phalanx-strategy-fsdp",
     "deepspeed": "phalanx-strategy-deepspeed",
     "model_parallel": "phalanx-strategy-model-parallel",
     "xla": "phalanx-strategy-xla",

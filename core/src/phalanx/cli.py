@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -174,7 +175,15 @@ def _cmd_checkpoint_convert(args: argparse.Namespace) -> int:
     try:
         convert_checkpoint(args.source, args.destination)
     except PhalanxError as err:
-        print_error("phalanx checkpoint convert: error", str(err), fix="see `phalanx checkpoint convert --help`.")
+        message = str(err)
+        if not os.path.exists(args.source):
+            # Checked only after the plugins had their say: one may read a path that is not a local file.
+            where = "" if os.path.isabs(args.source) else f" (relative paths start at {os.getcwd()!r})"
+            message = (
+                f"checkpoint {args.source!r} does not exist{where}. "
+                "Fix: pass the checkpoint file or sharded directory a run saved, e.g. from its ModelCheckpoint."
+            )
+        print_error("phalanx checkpoint convert: error", message, fix="see `phalanx checkpoint convert --help`.")
         return 2
     print(f"wrote {args.destination}")
     return 0

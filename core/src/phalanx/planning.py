@@ -10,6 +10,7 @@ installing it), with its reason. This module sits above the plugin machinery (it
 
 from __future__ import annotations
 
+import re
 import shutil
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
@@ -182,8 +183,14 @@ def advise(report: PlanReport) -> tuple[str, ...]:
 
 
 _NAME = 28
-_COLUMNS = (("STRATEGY", _NAME), ("PARAMS", 8), ("GRADS", 8), ("OPTIM", 8), ("ACTIV", 8), ("OTHER", 8), ("TOTAL", 8))
+_MIN_NAME = 16
+_CELL = 8
+_FITS = 6
+_NUMBERS = ("PARAMS", "GRADS", "OPTIM", "ACTIV", "OTHER", "TOTAL")
+#: Dropped in this order when the terminal is too narrow; TOTAL and FITS answer "does it fit" and stay.
+_DROP_ORDER = ("ACTIV", "PARAMS", "GRADS", "OPTIM", "OTHER")
 _ELLIPSIS = "..."
+_FOLDED = re.compile(r" \(\+\d+\)")
 
 #: Under the table, because the column titles are too short to say what is counted where.
 _LEGEND = (
@@ -238,35 +245,79 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
+def _layout(host_width: int, width: int) -> tuple[list[str], int]:
+    """The number columns shown and the name column's width, so one row fits in ``width``.
+
+    A narrow terminal loses detail columns (then name characters) rather than the row's end: a
+    row cut at the edge would drop TOTAL and FITS, the two that answer the question.
+    """
+    columns = list(_NUMBERS)
+
+    def needed(name: int) -> int:
+        return name + _CELL * len(columns) + _FITS + host_width
+
+    for title in _DROP_ORDER:
+        if needed(_NAME) <= width:
+            break
+        columns.remove(title)
+    return columns, max(_MIN_NAME, min(_NAME, width - needed(0)))
+
+
+def _summary(report: PlanReport, width: int) -> list[str]:
+    world = report.devices * report.num_nodes
+    text = (
+        f"{_count(report.model.numel)} parameters; {_plural(world, 'rank')} ({report.num_nodes} x {report.devices}); "
+        f"{report.precision}; {report.optimizer}"
+        + (f"; {format_bytes(report.device_memory)} per device" if report.device_memory else "")
+    )
+    return textwrap.wrap(text, width=width, subsequent_indent="  ", break_on_hyphens=False)
+
+
 def render(report: PlanReport, *, width: int | None = None) -> str:
     """The table: one row per strategy, at most 100 columns (the terminal's width when smaller)."""
     width = min(100, width or shutil.get_terminal_size((100, 24)).columns)
-    world = report.devices * report.num_nodes
-    lines = [
-        f"{_count(report.model.numel)} parameters; {_plural(world, 'rank')} ({report.num_nodes} x {report.devices}); "
-        f"{report.precision}; {report.optimizer}"
-        + (f"; {format_bytes(report.device_memory)} per device" if report.device_memory else ""),
-        "per-rank bytes on the device" + ("" if report.model.activation_bytes else " (no --input-shape: ACTIV -)"),
-    ]
-    header = "".join(title.ljust(size) for title, size in _COLUMNS) + "FITS  HOST"
-    lines.append(header)
-    names = short_names([row.strategy + ("" if row.available else " *") for row in report.rows], _NAME - 1)
-    for name, row in zip(names, report.rows):
+    lines = _summary(report, width)
+    bytes_line = "per-rank bytes on the device" + (
+        "" if report.model.activation_bytes else " (no --input-shape: ACTIV -)"
+    )
+    lines += textwrap.wrap(bytes_line, width=width, subsequent_indent="  ", break_on_hyphens=False)
+    hosts = []
+    for row in report.rows:
+        est = row.estimate
+        pairs = () if est is None else (("cpu", est.cpu), ("nvme", est.nvme))
+        hosts.append(" ".join(f"{kind}:{_cell(value)}" for kind, value in pairs if value))
+    columns, name_width = _layout(max(len("HOST"), *(len(h) for h in hosts)), width)
+    lines.append(
+        "".join(t.ljust(s) for t, s in [("STRATEGY", name_width)] + [(c, _CELL) for c in columns]) + "FITS  HOST"
+    )
+    names = short_names([row.strategy + ("" if row.available else " *") for row in report.rows], name_width - 1)
+    for name, row, host in zip(names, report.rows, hosts):
         if row.estimate is None:
-            lines.append(name.ljust(_NAME) + "no estimate")
+            lines.append(name.ljust(name_width) + "no estimate")
             continue
         est = row.estimate
-        cells = (est.parameters, est.gradients, est.optimizer_states, est.activations, est.other, est.total)
+        values = dict(
+            zip(_NUMBERS, (est.parameters, est.gradients, est.optimizer_states, est.activations, est.other, est.total))
+        )
         fits = "-" if row.fits is None else ("yes" if row.fits else "NO")
-        host = " ".join(f"{kind}:{_cell(value)}" for kind, value in (("cpu", est.cpu), ("nvme", est.nvme)) if value)
-        lines.append((name.ljust(_NAME) + "".join(_cell(v).ljust(8) for v in cells) + fits.ljust(6) + host).rstrip())
+        cells = "".join(_cell(values[c]).ljust(_CELL) for c in columns)
+        lines.append((name.ljust(name_width) + cells + fits.ljust(_FITS) + host).rstrip())
+    notes = []
     if not all(row.available for row in report.rows):
-        lines.append("* not usable here (planned anyway): see `phalanx strategies` for the reason")
-    lines = [line[:width] for line in lines]
+        notes.append("* not usable here (planned anyway): see `phalanx strategies` for the reason")
+    if any(_FOLDED.search(row.strategy) for row in report.rows):
+        notes.append("(+N): N more names with the same estimate, folded into this one; --all lists them")
+    hidden = [c for c in _NUMBERS if c not in columns and (c != "ACTIV" or report.model.activation_bytes)]
+    if hidden:
+        notes.append(f"{', '.join(hidden)} not shown in {width} columns: widen the terminal or pass --json")
+    for note in notes:
+        lines += textwrap.wrap(note, width=width, subsequent_indent="  ", break_on_hyphens=False)
     for entry in _LEGEND:
         lines += textwrap.wrap(entry, width=width, subsequent_indent="  ", break_on_hyphens=False)
     for tip in report.advice:
-        lines += textwrap.wrap(tip, width=width, initial_indent="  - ", subsequent_indent="    ", break_on_hyphens=False)
+        lines += textwrap.wrap(
+            tip, width=width, initial_indent="  - ", subsequent_indent="    ", break_on_hyphens=False
+        )
     if report.model.activation_note:
         note = f"activations unknown: {report.model.activation_note}"
         lines += textwrap.wrap(note, width=width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)

@@ -8,7 +8,9 @@ Two kinds of checks, each in fresh processes with a timeout, killed and reported
    a name conflict) is skipped with the registry's reason. The one Module serves every
    strategy: where the strategy's mesh has a ``tensor_parallel`` dimension (``model_parallel``)
    its ``configure_model`` splits the layers over it, and the check fails unless weights really
-   ended up sharded (see ``doctor_fit.py``); the core thus needs no model from any plugin.
+   ended up sharded (see ``doctor_fit.py``); the core thus needs no model from any plugin. A
+   strategy that must prepare a model its own way (a vendor's) defines
+   ``doctor_configure_model(model) -> str`` and the doctor hands it the model instead.
 
 Every check's processes carry a marker in their environment; anything still alive afterwards is
 killed and fails the check, so the doctor never leaves a process behind.
@@ -131,10 +133,14 @@ def check_fit(name: str, accelerator: str, workdir: Path, timeout: float) -> Che
     first, last, world = result["first"], result["last"], result["world_size"]
     processes = f"{world} process{'es' if world > 1 else ''}"
     parallelism, split = result.get("parallelism", ""), result.get("split", [])
-    if parallelism and not split:
-        detail = f"{processes}: configure_model applied {parallelism} but no parameter ended up sharded over tensor_parallel"
+    if result.get("by_strategy"):  # the strategy's doctor_configure_model prepared the model: its own words
+        processes += f", {parallelism}"
+    elif parallelism and not split:
+        detail = (
+            f"{processes}: configure_model applied {parallelism} but no parameter ended up sharded over tensor_parallel"
+        )
         return CheckResult(name, "fail", seconds, detail)
-    if parallelism:
+    elif parallelism:
         processes += f", {parallelism} ({len(split)} parameters split)"
     if not last < first:
         return CheckResult(name, "fail", seconds, f"{processes}: loss did not fall ({first:.4f} -> {last:.4f})")
@@ -149,7 +155,12 @@ def _print_result(result: CheckResult, width: int) -> None:
     for extra in wrapped[1:]:
         print(" " * len(head) + extra, flush=True)
     for extra in rest.splitlines():
-        print(textwrap.shorten(f"      {extra.strip()}", width, placeholder="...") if len(extra) + 6 > width else f"      {extra.strip()}", flush=True)
+        print(
+            textwrap.shorten(f"      {extra.strip()}", width, placeholder="...")
+            if len(extra) + 6 > width
+            else f"      {extra.strip()}",
+            flush=True,
+        )
 
 
 def run_doctor(names: Sequence[str], *, accelerator: str, timeout: float) -> int:

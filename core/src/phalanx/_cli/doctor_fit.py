@@ -16,6 +16,12 @@ dimension name ``ModelParallelStrategy`` documents), splits the two Linears over
 torch's own tensor-parallel plan, and ``fully_shard``-s over ``data_parallel`` when that has
 more than one rank. A strategy that refuses an unsplit model is then served a split one, and
 the result records what was split so the doctor can say so.
+
+A strategy that needs its model prepared its own way (a vendor's pipeline or expert split, a mesh
+with other dimension names) defines ``doctor_configure_model(model) -> str``: the doctor then hands
+it the two-Linear ``torch.nn.Sequential`` instead of splitting it, shows the returned description
+on the check's line, and still requires the loss to fall. No import, no registration: the method
+is looked up on the strategy object, so a plugin without it changes nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from phalanx.strategies import ParallelStrategy
 
 TENSOR_PARALLEL = "tensor_parallel"
 DATA_PARALLEL = "data_parallel"
+#: Optional strategy method that prepares the doctor's model itself (see the module docstring).
+STRATEGY_HOOK = "doctor_configure_model"
 
 
 def _mesh_size(mesh: Any, dim: str) -> int:
@@ -55,16 +63,26 @@ class Regression(Module):
         self.result = result
         self.losses: list[float] = []
         self.parallelism = ""
+        self.by_strategy = False
 
     def configure_model(self) -> None:
         """Split the Linears over the mesh's ``tensor_parallel`` ranks, if the strategy has such a mesh.
 
         A no-op without a mesh (most strategies; planning on the meta device) or with a mesh that
         has no ``tensor_parallel`` dimension (FSDP's shard / replicate mesh): those strategies
-        train this Module as it was built in ``__init__``.
+        train this Module as it was built in ``__init__``. A strategy with ``doctor_configure_model``
+        prepares the model itself, because only it knows what it needs.
         """
+        if self.parallelism:
+            return
+        hook = getattr(self.trainer.strategy, STRATEGY_HOOK, None)
+        if callable(hook):
+            described = hook(self.net)
+            self.parallelism = str(described or f"prepared by {type(self.trainer.strategy).__name__}.{STRATEGY_HOOK}")
+            self.by_strategy = True
+            return
         mesh = self.device_mesh
-        if mesh is None or self.parallelism:
+        if mesh is None:
             return
         tp_size, dp_size = _mesh_size(mesh, TENSOR_PARALLEL), _mesh_size(mesh, DATA_PARALLEL)
         if tp_size > 1:
@@ -97,6 +115,7 @@ class Regression(Module):
                 "world_size": world,
                 "parallelism": self.parallelism,
                 "split": split,
+                "by_strategy": self.by_strategy,
             }
             self.result.write_text(json.dumps(record))
 
@@ -106,7 +125,7 @@ class Regression(Module):
         Proof rather than intent: the doctor fails a fit that claims tensor parallelism when no
         weight ended up sharded.
         """
-        if not self.parallelism:
+        if not self.parallelism or self.by_strategy:
             return []
         from torch.distributed.tensor import DTensor, Shard
 

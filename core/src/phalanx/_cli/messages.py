@@ -24,7 +24,8 @@ _MIN_WIDTH = 40
 #: Where the fix starts: an explicit "Fix:", else the first clause that tells the user what to do.
 _FIX_MARKER = re.compile(r"(?:^|(?<=[.;:)])\s+)(?:fix:\s*)", re.IGNORECASE)
 _IMPERATIVE = re.compile(
-    r"(?<=[.;])\s+(?=(?:pass|choose|install|run|use|set|name|check|give|remove|add|try|see)\b)",
+    r"(?<=[.;])\s+(?=(?:pass|choose|pick|install|reinstall|uninstall|upgrade|run|use|set|unset|name|check|give|"
+    r"remove|delete|add|try|see|resume|convert|define|subclass|block)\b)",
     re.IGNORECASE,
 )
 #: Spans wrapping must not break: a `quoted command` and a ``pip install ...`` command.

@@ -169,9 +169,10 @@ def run_plan(args: argparse.Namespace) -> int:
     except PhalanxError as err:
         print_error("phalanx plan: error", str(err), fix="see `phalanx plan --help`.")
         return 2
-    if not args.strategy and not args.all:
-        report = _fold(report)
-    print(json.dumps(report.as_dict(), indent=2) if args.json else str(report))
+    if args.json:  # every name, never folded: a program reading it looks rows up by name
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        print(report if args.strategy or args.all else _fold(report))
     return 0
 
 

@@ -22,9 +22,9 @@ from phalanx.callbacks.model_checkpoint import ModelCheckpoint
 from phalanx.callbacks.model_summary import ModelSummary
 from phalanx.callbacks.on_exception_checkpoint import OnExceptionCheckpoint
 from phalanx.callbacks.prediction_writer import BasePredictionWriter
-from phalanx.callbacks.pruning import ModelPruning
 from phalanx.callbacks.progress import TQDMProgressBar
 from phalanx.callbacks.progress_bar import ProgressBar
+from phalanx.callbacks.pruning import ModelPruning
 from phalanx.callbacks.rich_model_summary import RichModelSummary
 from phalanx.callbacks.rich_progress import RichProgressBar
 from phalanx.callbacks.spike_detection import SpikeDetection

@@ -17,10 +17,14 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-__all__ = ["DEFAULT_STORE_TIMEOUT", "next_group_store"]
+__all__ = ["DEFAULT_STORE_TIMEOUT", "STARTUP_TIMEOUT", "next_group_store", "wait_for_all_ranks"]
 
 #: How long a rank waits at rendezvous for the others (torch's default process-group timeout).
 DEFAULT_STORE_TIMEOUT = timedelta(minutes=30)
+#: The least time ranks wait for each other to start (imports, data set-up) before the process
+#: group exists, whatever the strategy's ``timeout``: a short collective timeout, set to catch a hang
+#: fast, must not fail a slow start on a loaded machine.
+STARTUP_TIMEOUT = timedelta(minutes=5)
 _lock = threading.Lock()
 _stores: dict[tuple[str, int, bool], dist.TCPStore] = {}
 _generations: dict[tuple[str, int, bool], int] = {}
@@ -29,6 +33,12 @@ _generations: dict[tuple[str, int, bool], int] = {}
 def _uses_agent_store() -> bool:
     """Under torchrun the agent hosts the store on MASTER_PORT; every worker is a client."""
     return os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+
+
+def wait_for_all_ranks(store: dist.Store, rank: int, world_size: int, timeout: timedelta) -> None:
+    """Announce ``rank`` in ``store`` and wait until all ``world_size`` ranks have, within ``timeout``."""
+    store.set(f"arrived/{rank}", "1")
+    store.wait([f"arrived/{other}" for other in range(world_size)], timeout)
 
 
 def next_group_store(host: str, port: int, *, is_rank_zero: bool, timeout: timedelta | None) -> dist.Store:

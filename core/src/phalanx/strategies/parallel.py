@@ -35,7 +35,12 @@ from phalanx.strategies._backend import (
 )
 from phalanx.strategies._hangs import explain_timeout, is_collective_timeout, new_check_in_group
 from phalanx.strategies._parallel_collectives import ParallelCollectives
-from phalanx.strategies._rendezvous import next_group_store
+from phalanx.strategies._rendezvous import (
+    DEFAULT_STORE_TIMEOUT,
+    STARTUP_TIMEOUT,
+    next_group_store,
+    wait_for_all_ranks,
+)
 from phalanx.strategies.configuration import StrategyConfiguration
 from phalanx.strategies.strategy import Strategy
 
@@ -327,7 +332,13 @@ class ParallelStrategy(ParallelCollectives, Strategy):
         validate_backend_for_device(backend, self.root_device)
         env = self.cluster_environment
         timeout = self._timeout
-        store = next_group_store(env.main_address, env.main_port, is_rank_zero=self.global_rank == 0, timeout=timeout)
+        # The ranks first meet with a start-up allowance, then the group gets the strategy's timeout:
+        # a short timeout is for hangs in collectives, not for a rank still importing torch.
+        startup = max(timeout or DEFAULT_STORE_TIMEOUT, STARTUP_TIMEOUT)
+        store = next_group_store(env.main_address, env.main_port, is_rank_zero=self.global_rank == 0, timeout=startup)
+        store.set_timeout(startup)
+        wait_for_all_ranks(store, self.global_rank, self.world_size, startup)
+        store.set_timeout(timeout or DEFAULT_STORE_TIMEOUT)
         kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
         dist.init_process_group(backend, store=store, world_size=self.world_size, rank=self.global_rank, **kwargs)
         self._created_process_group = True
