@@ -182,3 +182,18 @@ def test_a_narrow_plan_table_drops_detail_columns_never_total_or_fits(width: int
     assert any(line.startswith("(+N): N more names with the same estimate") for line in lines), "\n".join(lines)
     assert any(line.startswith("OTHER:") for line in lines)
     assert lines[0].startswith("1M parameters; 8 ranks (1 x 8);"), lines[0]
+
+
+def test_a_reader_that_leaves_early_stops_the_command_quietly() -> None:
+    """`phalanx env | head -1`: the pipe closes before the command has written; no traceback, status 141."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "phalanx.cli", "env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the first line is written
+    errors = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141, errors
+    assert "Traceback" not in errors and "BrokenPipeError" not in errors, errors
