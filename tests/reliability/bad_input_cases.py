@@ -72,7 +72,7 @@ _TRAINER = [
     ("log-every", {"log_every_n_steps": 0}, MisconfigurationError, ("=0", ">= 1")),
     ("deterministic", {"deterministic": "yes"}, MisconfigurationError, ("'yes'", "'warn'")),
     ("callbacks", {"callbacks": [object()]}, MisconfigurationError, ("object", "Callback")),
-    ("logger", {"logger": "csv?"}, MisconfigurationError, ("'csv?'", "Logger")),
+    ("logger", {"logger": "csv?"}, MisconfigurationError, ("logger='csv?'", "Did you mean 'csv'", "Available: csv")),
     ("plugins-unknown-name", {"plugins": ["nonexistent_io"]}, MisconfigurationError, ("'nonexistent_io'", "'torch'")),
     ("plugins-object", {"plugins": [object()]}, MisconfigurationError, ("object", "CheckpointIO")),
     ("default-root-dir", {"default_root_dir": 123}, MisconfigurationError, ("=123", "path")),

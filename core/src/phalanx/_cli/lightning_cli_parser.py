@@ -305,6 +305,9 @@ class LightningArgumentParser(ArgumentParser):
         prog = parser.prog.replace(" [options]", "")
         sys.stderr.write(explain(parser, prog, message) + "\n")
         self.exit(2)
+        # argparse's exit() never returns; without jsonargparse installed (the lint session) mypy
+        # cannot see that, so the function says it here too.
+        raise SystemExit(2)
 
 
 def _fit_lines(text: str, width: int) -> str:

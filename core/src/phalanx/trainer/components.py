@@ -28,7 +28,7 @@ def _named(argument: str, value: Any, registry: Any, name: str, **params: Any) -
         return registry.get(name, **params)
     except UnknownNameError as err:
         msg = f"Trainer({argument}={value!r}): {err}"
-        raise UnknownNameError(msg) from None
+    raise UnknownNameError(msg)  # outside the except: one error, not one raised while handling another
 
 
 def check_callbacks(value: Any) -> list[Any]:
