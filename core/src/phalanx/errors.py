@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 __all__ = [
     "CheckpointError",
+    "CollectiveMismatchError",
     "MisconfigurationError",
     "PhalanxError",
     "PluginHookError",
@@ -49,6 +50,10 @@ class PluginHookError(PhalanxError, RuntimeError):
 
 class CheckpointError(PhalanxError, ValueError):
     """A checkpoint is missing, unreadable or belongs to another model."""
+
+
+class CollectiveMismatchError(PhalanxError, RuntimeError):
+    """Ranks issued different collectives at the same point (``PHALANX_DISTRIBUTED_DEBUG=1`` checks)."""
 
 
 def closest_match(value: str, choices: Iterable[str]) -> str | None:

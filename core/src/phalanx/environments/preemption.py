@@ -24,9 +24,11 @@ from phalanx.errors import MisconfigurationError
 __all__ = [
     "CHECK_EVERY_ENV",
     "EXIT_CODE",
+    "GRACE_ENV",
     "PREEMPTED_NAME",
     "SIGNALS_ENV",
     "check_every",
+    "grace_seconds",
     "parse_signals",
     "preemption_signals",
     "requeue",
@@ -37,6 +39,11 @@ EXIT_CODE = 143
 PREEMPTED_NAME = "preempted.ckpt"
 SIGNALS_ENV = "PHALANX_PREEMPTION_SIGNALS"
 CHECK_EVERY_ENV = "PHALANX_PREEMPTION_CHECK_EVERY"
+GRACE_ENV = "PHALANX_PREEMPTION_GRACE"
+#: Seconds the ranks get after a preemption signal to reach the step boundary where they agree to
+#: stop; past it (and with no progress for as long) the job counts as hung and exits with 143.
+#: Well under the 30-120 s that SLURM and Kubernetes leave between SIGTERM and SIGKILL.
+DEFAULT_GRACE = 15.0
 
 
 def parse_signals(text: str) -> list[signal.Signals]:
@@ -73,6 +80,25 @@ def check_every() -> int:
         msg = f"{CHECK_EVERY_ENV}={raw!r} is invalid: expected an int >= 1. Fix: set {CHECK_EVERY_ENV}=1."
         raise MisconfigurationError(msg)
     return int(raw)
+
+
+def grace_seconds() -> float:
+    """``PHALANX_PREEMPTION_GRACE``: seconds to wait for the stop agreement after a signal (default 15).
+
+    Raises:
+        MisconfigurationError: Not a number > 0.
+    """
+    raw = os.environ.get(GRACE_ENV, "")
+    if not raw:
+        return DEFAULT_GRACE
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        msg = f"{GRACE_ENV}={raw!r} is invalid: expected seconds > 0. Fix: set {GRACE_ENV}={DEFAULT_GRACE:g} (the default), or unset it."
+        raise MisconfigurationError(msg)
+    return value
 
 
 def preemption_signals(environment: ClusterEnvironment | None) -> list[signal.Signals]:

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from phalanx.strategies._agreement import check_agreement
 from phalanx.strategies._collectives import StrategyCollectives, TBroadcast
 from phalanx.strategies._distributed import all_gather as _all_gather
 from phalanx.strategies._distributed import resolve_reduce_op
@@ -24,9 +25,21 @@ def _initialized() -> bool:
 
 
 class ParallelCollectives(StrategyCollectives):
-    """``all_gather`` / ``reduce`` / ``broadcast`` / ``barrier`` mixed into ParallelStrategy."""
+    """``all_gather`` / ``reduce`` / ``broadcast`` / ``barrier`` mixed into ParallelStrategy.
 
+    With ``PHALANX_DISTRIBUTED_DEBUG=1`` each one first checks that every rank is about to run the
+    same one (:mod:`phalanx.strategies._agreement`); ParallelStrategy sets the two fields below
+    when it creates the process group.
+    """
 
+    #: Whether collectives are checked for agreement first (``PHALANX_DISTRIBUTED_DEBUG``).
+    _check_collectives: bool = False
+    #: The small gloo group the check (and the timeout diagnosis) talks on.
+    _check_in_group: Any = None
+
+    def _agree(self, op: str, value: Any) -> None:
+        if self._check_collectives and self._check_in_group is not None:
+            check_agreement(op, value, group=self._check_in_group, rank=dist.get_rank(), world_size=dist.get_world_size())
 
     def all_gather(self, tensor: torch.Tensor, group: Any | None = None, sync_grads: bool = False) -> torch.Tensor:
         """Gather ``tensor`` from every rank into a tensor of shape ``(world_size, *tensor.shape)``.
@@ -36,6 +49,8 @@ class ParallelCollectives(StrategyCollectives):
         """
         if not _initialized():
             return tensor
+        if group is None:  # the check runs over the world: a subgroup's collective is not checked
+            self._agree("all_gather", tensor)
         return _all_gather(tensor, dist.group.WORLD if group is None else group, sync_grads=sync_grads)
 
     def reduce(
@@ -48,6 +63,8 @@ class ParallelCollectives(StrategyCollectives):
         """
         if not isinstance(tensor, torch.Tensor) or not _initialized():
             return tensor
+        if group is None:
+            self._agree(f"reduce({reduce_op})", tensor)
         group = dist.group.WORLD if group is None else group
         op, divide = resolve_reduce_op(reduce_op)
         result = tensor.detach().clone()
@@ -69,6 +86,7 @@ class ParallelCollectives(StrategyCollectives):
         del name
         if not _initialized():
             return
+        self._agree("barrier", None)
         if dist.get_backend() == "nccl" and self.root_device.type == "cuda":
             dist.barrier(device_ids=[self.root_device.index])
         else:
@@ -78,6 +96,7 @@ class ParallelCollectives(StrategyCollectives):
         """Send any picklable object from rank ``src`` to every rank."""
         if not _initialized():
             return obj
+        self._agree(f"broadcast(src={src})", obj)
         box = [obj]
         dist.broadcast_object_list(box, src=src)
         return box[0]

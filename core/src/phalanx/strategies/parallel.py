@@ -27,6 +27,7 @@ from phalanx.environments.cluster_environment import ClusterEnvironment
 from phalanx.errors import MisconfigurationError
 from phalanx.launchers.launcher import Launcher
 from phalanx.precision.precision import Precision
+from phalanx.strategies._agreement import checking_enabled
 from phalanx.strategies._backend import (
     default_backend,
     destroy_process_group_at_exit,
@@ -146,6 +147,8 @@ class ParallelStrategy(ParallelCollectives, Strategy):
         self.sync_batchnorm = bool(sync_batchnorm)
         self._created_process_group = False
         self._check_in_group: dist.ProcessGroup | None = None
+        self._check_collectives = False
+        self._store: dist.Store | None = None
 
     # ------------------------------------------------------------------ configuration
     @property
@@ -342,7 +345,14 @@ class ParallelStrategy(ParallelCollectives, Strategy):
         kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
         dist.init_process_group(backend, store=store, world_size=self.world_size, rank=self.global_rank, **kwargs)
         self._created_process_group = True
+        self._store = store
         self._check_in_group = new_check_in_group() if self.world_size > 1 else None
+        self._check_collectives = checking_enabled()
+
+    @property
+    def rendezvous_store(self) -> dist.Store | None:
+        """The store the ranks met at (None when the process group was made by someone else)."""
+        return self._store
 
     @property
     def created_process_group(self) -> bool:
@@ -432,6 +442,7 @@ class ParallelStrategy(ParallelCollectives, Strategy):
         if self._created_process_group:
             self._created_process_group = False
             self._check_in_group = None
+            self._store = None
             if self.keep_process_group_after_teardown:
                 destroy_process_group_at_exit()
             elif dist.is_available() and dist.is_initialized():

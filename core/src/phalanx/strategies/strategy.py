@@ -153,6 +153,17 @@ class Strategy(StrategySteps, StrategyCollectives, StrategyCheckpointing, Strate
         return 0
 
     @property
+    def rendezvous_store(self) -> Any:
+        """A key-value store every rank of the job reaches without the process group, or None.
+
+        The hang watchdog sends its reports through it, because a hang means the process group is
+        stuck. ParallelStrategy returns the store its ranks met at (a ``torch.distributed.Store``);
+        a strategy whose ranks meet elsewhere may return its own, or None (each rank then prints
+        its own report).
+        """
+        return None
+
+    @property
     def device_mesh(self) -> Any:
         """The ``DeviceMesh`` the strategy lays ranks out on, or None (the Module sees it as ``self.device_mesh``)."""
         return None

@@ -22,6 +22,7 @@ __all__ = [
     "as_list",
     "check_barebones",
     "check_fast_dev_run",
+    "check_hang_report_after",
     "check_max_time",
     "check_model_registry",
     "check_overfit",
@@ -222,6 +223,20 @@ def check_max_time(value: Any) -> Any:
         ) from error
 
 
+def check_hang_report_after(value: Any) -> float | None:
+    """``hang_report_after``: seconds (or a ``timedelta``) without progress before the hang report; None: off."""
+    import datetime
+
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, datetime.timedelta) else value
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds > 0:
+        return float(seconds)
+    raise argument_error(
+        "hang_report_after", value, "seconds > 0, a datetime.timedelta, or None (no report)", "pass e.g. hang_report_after=60"
+    )
+
+
 def check_barebones(barebones: Any, flags: dict[str, Any]) -> bool:
     """``barebones=True`` turns off everything that costs time; asking for one of those again is an error."""
     barebones = check_bool("barebones", barebones)
@@ -265,6 +280,7 @@ def build_config(
     barebones: bool = False,
     enable_model_summary: bool = True,
     enable_autolog_hparams: Any = True,
+    hang_report_after: Any = 60.0,
 ) -> TrainerConfig:
     """Validate the loop-shaping ``Trainer(...)`` arguments into a :class:`TrainerConfig`.
 
@@ -323,4 +339,5 @@ def build_config(
         barebones=barebones,
         enable_model_summary=enable_model_summary,
         enable_autolog_hparams=check_bool("enable_autolog_hparams", enable_autolog_hparams),
+        hang_report_after=check_hang_report_after(hang_report_after),
     )

@@ -47,3 +47,5 @@ class TrainerConfig:
     barebones: bool = False
     enable_model_summary: bool = True
     enable_autolog_hparams: bool = True
+    #: Seconds without progress before the hang watchdog prints every rank's stack (None: off).
+    hang_report_after: float | None = 60.0

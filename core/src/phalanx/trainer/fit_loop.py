@@ -330,11 +330,13 @@ class FitLoop:
             else:
                 self.phase = "val"  # what _check_validation records when there is nothing to run
             batch_idx += 1
-            if self.preemption.should_stop(run, self.global_step):
-                return  # preempted: checkpoint written; the epoch stays open so a resume continues it
-            if run.should_stop and self.can_stop_early(config):
+            verdict = self.preemption.at_step_boundary(run, self.global_step)  # ranks agree (collective)
+            if verdict == "preempted":
+                return  # checkpoint written; the epoch stays open so a resume continues it
+            if verdict == "stop" and self.can_stop_early(config):
                 break
         self._finish_epoch(run, run_hooks=True)
+        self.preemption.agree_at_epoch_end(run)
 
     def _run_batch(self, run: Run, batch: Any, batch_idx: int, is_last: bool) -> bool:
         """Train on one batch; True when ``on_train_batch_start`` returned -1 (end the epoch).

@@ -33,6 +33,7 @@ class HookRunner:
 
     Attributes:
         current: The hook or step running now (``self.log`` reads it); None between hooks.
+        calls: How many hooks were entered: progress, for the hang watchdog.
         live: Per-batch hooks with something to call (a callback or a Module override).
         custom_clipping: Whether the Module overrides ``configure_gradient_clipping``.
         epoch_end_first / epoch_end_monitoring: ``on_train_epoch_end`` of the callbacks that run
@@ -44,6 +45,7 @@ class HookRunner:
         self.trainer = trainer
         self.module = module
         self.current: str | None = None
+        self.calls = 0  # hooks entered so far: the hang watchdog's sign of progress
         self._profiler = profiler
         self._callback_hooks: dict[str, list[Any]] = {
             name: [
@@ -83,6 +85,7 @@ class HookRunner:
         """Call ``name`` on the callbacks (those overriding it), then on the Module; returns the Module's result."""
         previous = self.current
         self.current = name
+        self.calls += 1
         trainer, module = self.trainer, self.module
         for hook in self._callback_hooks.get(name, ()):
             hook(trainer, module, *args)
@@ -102,6 +105,7 @@ class HookRunner:
         """Call the Module's ``name`` only, with :attr:`current` set; returns its result."""
         previous = self.current
         self.current = name
+        self.calls += 1
         try:
             return self._timed(getattr(self.module, name), f"[Module]{type(self.module).__qualname__}.{name}")(*args)
         finally:

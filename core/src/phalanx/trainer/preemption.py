@@ -20,7 +20,9 @@ variables, read when ``fit`` starts):
   save the per-step all-reduce at the price of up to N-1 more steps before stopping.
 
 The agreement does not make a step wait: each check starts an asynchronous all-reduce and reads
-the previous check's, so the ranks stop together one check after the signal arrived.
+the previous check's, so the ranks stop together one check after the signal arrived. The same
+all-reduce carries ``trainer.should_stop``, so a stop set on one rank stops every rank after the
+same step instead of leaving the others hung (:meth:`Preemption.at_step_boundary`).
 """
 
 from __future__ import annotations
@@ -77,13 +79,17 @@ class Preemption:
         if threading.current_thread() is threading.main_thread():
             for signum in preemption_signals(self._slurm(run)):
                 previous[signum] = signal.signal(signum, self._handle)
+        # The watchdog sees the signals too, at once: a rank stuck in a collective never runs the
+        # handler above, so the watchdog ends a hung job that was told to stop (watchdog.py).
+        watching = run.watchdog.catching(list(previous)) if run.watchdog is not None else contextlib.nullcontext()
         # The same on every rank (same environment, fit from the main thread), so the collective
         # in should_stop is either run by all ranks or by none.
         self._active = bool(previous)
         self._distributed = run.strategy.world_size > 1
         self._pending = None
         try:
-            yield
+            with watching:
+                yield
             self.drain()
         finally:
             self._pending = None  # after a failure, a peer may never join the last check: drop it
@@ -92,47 +98,80 @@ class Preemption:
                 signal.signal(signum, handler)
 
     # ------------------------------------------------------------------ the per-step check
-    def should_stop(self, run: Run, global_step: int) -> bool:
-        """At an optimizer-step boundary: did any rank get a signal? If so, checkpoint and stop.
+    def at_step_boundary(self, run: Run, global_step: int) -> str | None:
+        """After a batch: ``"preempted"`` (checkpoint written), ``"stop"`` (all ranks stop), or None.
 
-        Collective (every rank calls it after the same steps); between optimizer steps (inside an
-        accumulation window) and off the ``check every`` grid it costs one integer comparison.
+        Collective in a distributed run (every rank calls it after the same batches). Two things
+        are agreed here, in one small all-reduce: whether any rank got a preemption signal, and
+        whether any rank set ``trainer.should_stop`` -- a stop decided on one rank only (a
+        hand-written early-stopping callback) would otherwise leave the others waiting in the next
+        step's collectives forever. All ranks stop after the same step. Between optimizer steps
+        (inside an accumulation window) and off the ``check every`` grid it costs one comparison.
         """
-        if not self._active or global_step == self._last_checked or global_step % self._every:
-            return False
+        if global_step == self._last_checked or global_step % self._every:
+            return None if self._distributed or not run.should_stop else "stop"
         self._last_checked = global_step
-        stop = self._agree(run.strategy) if self._distributed else self.requested is not None
-        if not stop:
-            return False
+        if not self._distributed:
+            return self._local_verdict(run)
+        signal_now, stop_now = self._agree(run.strategy, self.requested is not None, run.should_stop)
+        if signal_now and self._active:
+            return self._preempt(run)
+        if stop_now:
+            run.should_stop = True
+            return "stop"
+        return None
+
+    def _local_verdict(self, run: Run) -> str | None:
+        if self._active and self.requested is not None:
+            return self._preempt(run)
+        return "stop" if run.should_stop else None
+
+    def _preempt(self, run: Run) -> str:
         self.preempted = True
         self.checkpoint_path = os.path.join(checkpoint_dir(run.trainer), PREEMPTED_NAME)
         run.trainer.save_checkpoint(self.checkpoint_path)
         run.should_stop = True
-        return True
+        return "preempted"
 
-    def _agree(self, strategy: Any) -> bool:
-        """Whether any rank got a signal, without making this step wait for the others.
+    def agree_at_epoch_end(self, run: Run) -> None:
+        """After an epoch: any rank's ``trainer.should_stop`` (set in an epoch-end hook) stops every rank.
+
+        One blocking agreement per epoch, so ``fit`` ends on every rank or on none.
+        """
+        if self._distributed:
+            run.should_stop = bool(run.strategy.reduce_boolean_decision(run.should_stop, all=False))
+
+    def _agree(self, strategy: Any, signalled: bool, stop: bool) -> tuple[bool, bool]:
+        """Whether any rank got a signal / wants to stop, without making every step wait for the others.
 
         With a torch.distributed group, each check starts an asynchronous all-reduce of this rank's
-        flag and reads the one the previous check started, which finished during the step in
-        between: every rank reads the same sum after the same step, so all stop together, one check
-        after the signal. A blocking all-reduce per step costs a full round trip (about 0.5 ms on
-        gloo), as much as a small model's whole step. Without such a group (XLA) it is the
-        strategy's blocking ``reduce_boolean_decision``.
+        two flags and reads the one the previous check started, which finished during the step in
+        between: every rank reads the same sums after the same step, so all stop together, one
+        check after the signal. A blocking all-reduce per step costs a full round trip (about 0.5 ms
+        on gloo), as much as a small model's whole step. A rank that wants to stop waits for the
+        current check at once: when every rank wants to (an agreed decision, such as
+        EarlyStopping's), all of them see it now and stop after this step, as in one process.
+        Without such a group (XLA) it is the strategy's blocking ``reduce_boolean_decision``.
         """
         import torch
         import torch.distributed as dist
 
-        flag = self.requested is not None
         if not (dist.is_available() and dist.is_initialized()):
-            return bool(strategy.reduce_boolean_decision(flag, all=False))
-        tensor = torch.tensor([int(flag)], device=strategy.root_device)
+            return (
+                bool(strategy.reduce_boolean_decision(signalled, all=False)),
+                bool(strategy.reduce_boolean_decision(stop, all=False)),
+            )
+        tensor = torch.tensor([int(signalled), int(stop)], device=strategy.root_device)
         work = dist.all_reduce(tensor, async_op=True)
         previous, self._pending = self._pending, (work, tensor)
+        if stop:
+            work.wait()
+            if int(tensor[1].item()) == strategy.world_size:  # every rank wants to stop: now
+                return False, True
         if previous is None:
-            return False
+            return False, False
         previous[0].wait()
-        return bool(previous[1].item() > 0)
+        return bool(previous[1][0].item() > 0), bool(previous[1][1].item() > 0)
 
     def drain(self) -> None:
         """Wait for the last check's all-reduce (every rank started it), so none is left in flight."""

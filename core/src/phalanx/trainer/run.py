@@ -85,6 +85,8 @@ class Run:
         self.step_optimizers: list[Any] = []  # StepOptimizer (trainer/step.py imports this module)
         self.should_stop = False
         self.has_validation = False
+        #: The hang watchdog of a distributed stage (:mod:`phalanx.trainer.watchdog`), or None.
+        self.watchdog: Any = None
         #: Whether fit got its training dataloader as an argument (else it came from a hook and can be reloaded).
         self.train_loader_given = False
         #: Whether ``training_step`` takes ``batch_idx`` (read from its signature when training starts).

@@ -24,6 +24,7 @@ from phalanx.trainer import checkpointing
 from phalanx.trainer.data import resolve_loaders
 from phalanx.trainer.entry_points import no_training_data
 from phalanx.trainer.step import StepOptimizer
+from phalanx.trainer.watchdog import Watchdog
 from phalanx.trainer_view import TrainerFn
 from phalanx.utilities.model_helpers import is_overridden
 from phalanx.utilities.rank_zero import rank_zero_only
@@ -186,6 +187,7 @@ def run_stage(run: Run, loaders: dict[str, Any], ckpt_path: str | None, options:
     try:
         with _torch_flags(run.config):
             strategy.setup_environment()
+            _start_watchdog(run)
             rank_zero_only.rank = trainer.global_rank  # rank_zero_* helpers now know this process's rank
             if trainer.world_size > 1:
                 reset_seed()  # each rank starts from the seed_everything() seed, as Lightning's ranks do
@@ -214,6 +216,7 @@ def run_stage(run: Run, loaders: dict[str, Any], ckpt_path: str | None, options:
                 checkpointing.restore(run, ckpt_path)
             result = _run_loop(run, options)
     except BaseException as exception:
+        _stop_watchdog(run)
         run.state.status = "interrupted"
         hooks.call_callbacks("on_exception", exception)
         if datamodule is not None:
@@ -222,12 +225,28 @@ def run_stage(run: Run, loaders: dict[str, Any], ckpt_path: str | None, options:
         with contextlib.suppress(Exception):
             _teardown(run, stage, "failed")
         raise
+    _stop_watchdog(run)
     run.state.status = "finished"
     _teardown(run, stage, "success")
     if fn is TrainerFn.FITTING:
         run.fit_loop.preemption.exit_if_preempted(run)  # SystemExit(143) after a preemption checkpoint
     run.state.stage = None
     return result
+
+
+def _start_watchdog(run: Run) -> None:
+    """In a distributed stage, start the hang watchdog (:mod:`phalanx.trainer.watchdog`), unless
+    ``Trainer(hang_report_after=None)`` turned it off."""
+    strategy = run.strategy
+    if strategy.world_size > 1 and run.config.hang_report_after is not None:
+        run.watchdog = Watchdog(run, report_after=run.config.hang_report_after, store=strategy.rendezvous_store)
+        run.watchdog.start()
+
+
+def _stop_watchdog(run: Run) -> None:
+    watchdog, run.watchdog = run.watchdog, None
+    if watchdog is not None:
+        watchdog.stop()
 
 
 def _run_loop(run: Run, options: dict[str, Any]) -> Any:

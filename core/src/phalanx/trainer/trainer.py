@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import datetime
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -96,6 +97,7 @@ class Trainer(TrainerProperties):
         default_root_dir: str | os.PathLike[str] | None = None,
         enable_autolog_hparams: bool = True,
         model_registry: str | None = None,
+        hang_report_after: float | datetime.timedelta | None = 60.0,
     ) -> None:
         barebones = arguments.check_barebones(
             barebones,
@@ -147,6 +149,7 @@ class Trainer(TrainerProperties):
                 "enable_model_summary", on if enable_model_summary is None else enable_model_summary
             ),
             enable_autolog_hparams=enable_autolog_hparams,
+            hang_report_after=hang_report_after,
         )
         enable_checkpointing = arguments.check_bool("enable_checkpointing", on if enable_checkpointing is None else enable_checkpointing)
         enable_progress_bar = arguments.check_bool("enable_progress_bar", on if enable_progress_bar is None else enable_progress_bar)
