@@ -76,6 +76,7 @@ _TRAINER = [
     ("plugins-unknown-name", {"plugins": ["nonexistent_io"]}, MisconfigurationError, ("'nonexistent_io'", "'torch'")),
     ("plugins-object", {"plugins": [object()]}, MisconfigurationError, ("object", "CheckpointIO")),
     ("default-root-dir", {"default_root_dir": 123}, MisconfigurationError, ("=123", "path")),
+    ("default-root-dir-url", {"default_root_dir": "s3://bucket/run"}, MisconfigurationError, ("'s3://bucket/run'", "mount")),
     ("sync-batchnorm", {"sync_batchnorm": "yes"}, MisconfigurationError, ("'yes'", "True")),
     ("use-distributed-sampler", {"use_distributed_sampler": "x"}, MisconfigurationError, ("'x'", "True")),
     (
@@ -173,6 +174,9 @@ case("fit-not-a-module", MisconfigurationError, "Sequential", "phalanx.Module")(
 case("fit-data-not-iterable", MisconfigurationError, "42")(lambda tmp: _fit(tmp, data=42))
 case("fit-ckpt-path-type", MisconfigurationError, "3.5", "'last'")(lambda tmp: _fit(tmp, ckpt_path=3.5))
 case("fit-ckpt-path-best", MisconfigurationError, "'best'", "'last'")(lambda tmp: _fit(tmp, ckpt_path="best"))
+case("fit-ckpt-path-url", MisconfigurationError, "'s3://bucket/run/last.ckpt'", "mount")(
+    lambda tmp: _fit(tmp, ckpt_path="s3://bucket/run/last.ckpt")
+)
 case("fit-ckpt-missing", CheckpointError, "missing.ckpt", "'last'")(
     lambda tmp: _fit(tmp, ckpt_path=str(tmp / "missing.ckpt"))
 )
@@ -276,6 +280,9 @@ def _other_world(tmp: Path) -> Callable[[], Any]:
 # ---------------------------------------------------------------- callbacks
 case("model-checkpoint-top-k", MisconfigurationError, "-2", "-1")(lambda tmp: lambda: ModelCheckpoint(save_top_k=-2))
 case("model-checkpoint-mode", MisconfigurationError, "'up'", "'min'")(lambda tmp: lambda: ModelCheckpoint(mode="up"))
+case("model-checkpoint-dirpath-url", MisconfigurationError, "'gs://bucket/ckpts'", "mount")(
+    lambda tmp: lambda: ModelCheckpoint(dirpath="gs://bucket/ckpts")
+)
 case("model-checkpoint-every-n", MisconfigurationError, "-1", "every_n_train_steps")(
     lambda tmp: lambda: ModelCheckpoint(every_n_train_steps=-1)
 )

@@ -27,6 +27,7 @@ import torch
 from phalanx.callbacks._checkpoint_names import CheckpointNames
 from phalanx.callbacks.checkpoint import Checkpoint
 from phalanx.errors import MisconfigurationError
+from phalanx.utilities.paths import local_path
 from phalanx.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
             if flag is not None and not isinstance(flag, bool):
                 msg = f"ModelCheckpoint({name}={flag!r}) must be True, False or None."
                 raise MisconfigurationError(msg)
-        self.dirpath: str | None = os.fspath(dirpath) if dirpath is not None else None
+        self.dirpath: str | None = local_path(dirpath, argument="ModelCheckpoint(dirpath=...)") if dirpath is not None else None
         self._user_dirpath = self.dirpath is not None
         self.filename = filename
         self.monitor = monitor

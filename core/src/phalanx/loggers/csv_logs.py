@@ -17,6 +17,7 @@ from typing import Any
 
 from phalanx.errors import MisconfigurationError
 from phalanx.loggers.logger import Logger
+from phalanx.utilities.paths import local_path
 
 __all__ = ["CSVLogger", "write_hparams_yaml"]
 
@@ -78,7 +79,7 @@ class CSVLogger(Logger):
         ):
             msg = f"CSVLogger(flush_logs_every_n_steps={flush_logs_every_n_steps!r}) must be an int >= 1."
             raise MisconfigurationError(msg)
-        self._save_dir = os.fspath(save_dir)
+        self._save_dir = local_path(save_dir, argument="CSVLogger(save_dir=...)")
         self._name = name or ""
         self._version = version
         self._prefix = prefix

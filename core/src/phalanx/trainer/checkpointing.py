@@ -20,6 +20,7 @@ import torch
 
 from phalanx.callbacks.model_checkpoint import ModelCheckpoint
 from phalanx.errors import CheckpointError, MisconfigurationError
+from phalanx.utilities.paths import local_path
 from phalanx.version import __version__
 
 if TYPE_CHECKING:
@@ -194,6 +195,8 @@ def resolve_ckpt_path(trainer: TrainerView, ckpt_path: Any, fn: str) -> str | No
             "'last' or 'best'. Fix: pass ckpt_path='path/to/file.ckpt' or ckpt_path='last'."
         )
         raise MisconfigurationError(msg)
+    if ckpt_path not in ("last", "best"):
+        ckpt_path = local_path(ckpt_path, argument=f"{fn}(ckpt_path=...)")  # the loop restores from local paths
     if ckpt_path == "last":
         path = find_last_checkpoint(trainer)
         if path is None:
