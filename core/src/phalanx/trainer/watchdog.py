@@ -119,7 +119,7 @@ class Watchdog(threading.Thread):
                     self._read_signals()
                 if self._stopping.is_set():
                     return
-                self._tick(time.monotonic())
+                self.check(time.monotonic())
             except (OSError, ValueError):  # the pipe was closed by stop()
                 return
 
@@ -144,7 +144,8 @@ class Watchdog(threading.Thread):
             "step": run.fit_loop.global_step,
         }
 
-    def _tick(self, now: float) -> None:
+    def check(self, now: float) -> None:
+        """One look, as the thread takes every second: progress, a report to ask for or to answer, a signal."""
         progress = self._progress()
         if progress != self._last_progress:
             batches = progress[0]
