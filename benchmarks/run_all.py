@@ -28,6 +28,8 @@ VARIANTS: dict[str, list[list[str]]] = {
 QUICK_SKIP = {
     "bench_model_parallel_memory.py": "five 4-process launches even for the smallest model (~2.5 min on 2 cores); "
     "packages/strategy-model-parallel's own tests cover those meshes",
+    "bench_torchft.py": "four multi-process jobs with a lighthouse and a killed, restarted group (~60 s even when "
+    "quick); packages/strategy-torchft's own tests run the same paths",
 }
 
 

@@ -106,7 +106,7 @@ def test_hang_report_after_takes_seconds_a_timedelta_or_none() -> None:
     assert Trainer(hang_report_after=5).config.hang_report_after == 5.0
     assert Trainer(hang_report_after=datetime.timedelta(minutes=2)).config.hang_report_after == 120.0
     assert Trainer(hang_report_after=None).config.hang_report_after is None
-    assert Trainer().config.hang_report_after == 60.0
+    assert Trainer().config.hang_report_after == 50.0
 
 
 def test_preemption_grace_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

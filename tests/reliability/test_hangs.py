@@ -1,10 +1,10 @@
 """Hangs users make, on 2 gloo ranks: the watchdog's report, SIGTERM during a hang, checked collectives,
 and a stop decided on one rank.
 
-The rank-0-only forward under fsdp runs with the Trainer's defaults (``hang_report_after=60``): the
-report must appear within 60 s of the hang (plus the watchdog's one-second tick and the gather),
-name the callback's line on rank 0 and the collective rank 1 waits in; then SIGTERM to the
-launcher must end every process within 30 s with exit code 143. The ddp case passes
+The rank-0-only forward under fsdp runs with the Trainer's defaults (``hang_report_after=50``): the
+report must appear within 60 s of the hang, name the callback's line on rank 0 and the collective
+rank 1 waits in; then SIGTERM to the launcher must end every process within 30 s with exit code
+143. The ddp case passes
 ``hang_report_after=10`` (the argument, and a minute less of CI).
 """
 
@@ -54,13 +54,14 @@ def test_rank0_only_collective_is_reported_within_a_minute_and_sigterm_ends_the_
 ) -> None:
     out = tmp_path / "out"
     extra = [] if report_after is None else [str(report_after)]
-    limit = 60.0 if report_after is None else report_after
+    limit = 50.0 if report_after is None else report_after
     with running(tmp_path, "hang.py", "rank0_forward", strategy, str(out), *extra, name="job", env=job_env()) as job:
         hung = _wait_until(lambda: (out / "validated0").exists(), job, 120, "validation")
         reported = _wait_until(lambda: "hang report" in job.stderr, job, limit + 15, "the hang report")
         time.sleep(1.0)  # the rest of the report
         report = job.stderr[job.stderr.index("[phalanx] hang report") :]
-        assert reported - hung <= limit + 8, f"report after {reported - hung:.1f} s"
+        bound = 60.0 if report_after is None else report_after + 8  # the defaults: within a minute
+        assert reported - hung <= bound, f"report after {reported - hung:.1f} s"
         assert f"hang.py:{_line_of(rank0_line)} in on_validation_epoch_end" in report, report
         rank1 = report[report.index("  rank 1 (") :]
         assert re.search(r"waiting in (all_reduce|broadcast|all_gather)", rank1), report

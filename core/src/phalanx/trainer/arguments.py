@@ -281,7 +281,7 @@ def build_config(
     barebones: bool = False,
     enable_model_summary: bool = True,
     enable_autolog_hparams: Any = True,
-    hang_report_after: Any = 60.0,
+    hang_report_after: Any = 50.0,
 ) -> TrainerConfig:
     """Validate the loop-shaping ``Trainer(...)`` arguments into a :class:`TrainerConfig`.
 

@@ -48,4 +48,4 @@ class TrainerConfig:
     enable_model_summary: bool = True
     enable_autolog_hparams: bool = True
     #: Seconds without progress before the hang watchdog prints every rank's stack (None: off).
-    hang_report_after: float | None = 60.0
+    hang_report_after: float | None = 50.0

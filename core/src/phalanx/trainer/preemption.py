@@ -164,14 +164,15 @@ class Preemption:
         tensor = torch.tensor([int(signalled), int(stop)], device=strategy.root_device)
         work = dist.all_reduce(tensor, async_op=True)
         previous, self._pending = self._pending, (work, tensor)
+        signalled_before = stop_before = False
+        if previous is not None:
+            previous[0].wait()
+            signalled_before, stop_before = bool(previous[1][0].item() > 0), bool(previous[1][1].item() > 0)
         if stop:
             work.wait()
-            if int(tensor[1].item()) == strategy.world_size:  # every rank wants to stop: now
-                return False, True
-        if previous is None:
-            return False, False
-        previous[0].wait()
-        return bool(previous[1][0].item() > 0), bool(previous[1][1].item() > 0)
+            if int(tensor[1].item()) == strategy.world_size:  # every rank wants to stop (so every rank waited): now
+                return signalled_before or bool(tensor[0].item() > 0), True
+        return signalled_before, stop_before
 
     def drain(self) -> None:
         """Wait for the last check's all-reduce (every rank started it), so none is left in flight."""

@@ -98,7 +98,7 @@ class Trainer(TrainerProperties):
         default_root_dir: str | os.PathLike[str] | None = None,
         enable_autolog_hparams: bool = True,
         model_registry: str | None = None,
-        hang_report_after: float | datetime.timedelta | None = 60.0,
+        hang_report_after: float | datetime.timedelta | None = 50.0,
     ) -> None:
         barebones = arguments.check_barebones(
             barebones,

@@ -3,7 +3,7 @@
 A rank that waits in a collective the others never join waits until the process-group timeout
 (30 minutes by default) with nothing printed. The watchdog is a thread in every rank of a
 distributed stage. Once a second it reads the Trainer's progress (batches done, hooks called, the
-hook running); when that has not moved for ``Trainer(hang_report_after=60)`` seconds, it asks every
+hook running); when that has not moved for ``Trainer(hang_report_after=50)`` seconds (so the report comes within a minute), it asks every
 rank for a report through the rendezvous store (a side channel that does not need the stuck
 process group) and rank 0 prints them together: each rank's position, the collective it waits in,
 its own frames (phalanx's and torch's folded), and the first frame where the ranks' stacks differ
