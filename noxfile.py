@@ -6,7 +6,9 @@ metadata keeps a wide range, so users install whatever torch fits their machine.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -20,6 +22,8 @@ XLA_TORCH = ["torch==2.9.0", "torch-xla==2.9.0"]
 LIGHTNING = "lightning==2.6.6"
 #: Packages with heavy optional dependencies that must be installed after torch without isolation.
 NO_BUILD_ISOLATION = {"strategy-deepspeed": ["deepspeed>=0.14", "ninja"]}
+#: Optional dependencies a package's tests run for real, installed as the package's extra.
+EXTRAS = {"strategy-torchft": "torchft"}
 
 PACKAGES = sorted(p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").exists())
 TEST_DEPS = ["pytest>=7", "pytest-timeout>=2"]
@@ -40,20 +44,20 @@ nox.options.sessions = [
 DOCS_DEPS = ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10", "mkdocstrings[python]>=0.26", "ruff"]
 
 
-def _install_torch(session: nox.Session) -> None:
-    """Put one shared install of TORCH on this session's path instead of installing it again.
+def _install_torch(session: nox.Session, spec: str = TORCH) -> None:
+    """Put one shared install of ``spec`` (TORCH) on this session's path instead of installing it again.
 
     torch is most of every session's venv (about 0.9 GB, 30 s to install); the first session of a
     run installs it with `pip --target` into .nox/shared-<spec>/ and each session adds that folder
     to its site-packages with a .pth file, so pip sees torch as installed and the sessions' own
     packages still go into their own venvs. The xla session keeps its own torch (torch-xla pins it).
     """
-    shared = ROOT / ".nox" / ("shared-" + "".join(c if c.isalnum() or c in ".-" else "_" for c in TORCH))
+    shared = ROOT / ".nox" / ("shared-" + "".join(c if c.isalnum() or c in ".-" else "_" for c in spec))
     complete = shared / ".complete"
     if not complete.exists():
         if shared.exists():  # an install that was cut off: start again
             shutil.rmtree(shared)
-        session.run("python", "-m", "pip", "install", "--quiet", "--target", str(shared), TORCH)
+        session.run("python", "-m", "pip", "install", "--quiet", "--target", str(shared), spec)
         complete.touch()
     purelib = session.run("python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True)
     assert isinstance(purelib, str)
@@ -66,7 +70,7 @@ def _install_package(session: nox.Session, name: str) -> None:
     if extra:
         session.install("setuptools", "wheel", "packaging", "py-cpuinfo", "psutil")
         session.install("--no-build-isolation", *extra)
-    session.install(f"./packages/{name}")
+    session.install(f"./packages/{name}" + (f"[{EXTRAS[name]}]" if name in EXTRAS else ""))
 
 
 def _pytest(session: nox.Session, *paths: str, env: dict[str, str] | None = None) -> None:
@@ -189,3 +193,104 @@ def bench(session: nox.Session) -> None:
         _install_package(session, name)
     session.install("./tests/plugins/phalanx-testplugin")
     session.run("python", "benchmarks/run_all.py", *session.posargs, env={"DS_ACCELERATOR": "cpu"})
+
+
+#: The oldest torch the compat session checks every kit against (beside TORCH, the newest). The
+#: packages' metadata admits older releases; this is the oldest the project runs its kits on, the
+#: release torch-xla pins (see the xla session).
+COMPAT_TORCH = os.environ.get("PHALANX_COMPAT_TORCH", "torch==2.9.0")
+#: Where the reports and compat sessions look for kits: packages/* plus the example vendor package.
+KIT_PACKAGES = [f"packages/{name}" for name in PACKAGES] + ["examples/vendor-strategy"]
+#: Kits that need what these sessions do not install; they run in their own session.
+KIT_ELSEWHERE = {"packages/strategy-xla": "needs torch-xla, which pins its own torch: `nox -s xla`"}
+
+
+def _has_kit(folder: str) -> bool:
+    """Whether the package's tests subclass one of phalanx.testing's kits (a class ``...Conformance``)."""
+    kit = re.compile(r"^class \w+\([^)]*Conformance\b", re.MULTILINE)
+    return any(kit.search(path.read_text()) for path in (ROOT / folder / "tests").rglob("*.py"))
+
+
+def _admits(folder: str, torch_spec: str) -> bool:
+    """Whether the package's own torch requirement admits the pinned ``torch==X`` of ``torch_spec``."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    from packaging.requirements import Requirement
+
+    pinned = torch_spec.split("==", 1)[1]
+    project = tomllib.loads((ROOT / folder / "pyproject.toml").read_text())["project"]
+    torch_reqs = [Requirement(r) for r in project.get("dependencies", []) if Requirement(r).name == "torch"]
+    return all(req.specifier.contains(pinned, prereleases=True) for req in torch_reqs)
+
+
+def _run_kits(session: nox.Session, torch_spec: str, report_for: dict[str, Path]) -> None:
+    """Install every kit package for ``torch_spec`` and run each one's kit, writing its report.
+
+    The kits are selected by their marker (``-m phalanx_conformance``), so whatever kit classes a
+    package's tests define run, and nothing else. A package without one is listed, not failed; a
+    kit that fails fails the session after every package has run.
+    """
+    _install_torch(session, torch_spec)
+    session.install("./core", *TEST_DEPS)
+    folders = [f for f in KIT_PACKAGES if f not in KIT_ELSEWHERE and _has_kit(f) and _admits(f, torch_spec)]
+    for folder in folders:
+        name = folder.split("/", 1)[1]
+        if folder.startswith("packages/"):
+            _install_package(session, name)
+            session.install(f"./{folder}[test]")  # test extras: torchft's tests need torchft
+        else:
+            session.install(f"./{folder}")
+    failed, without = [], [f for f in KIT_PACKAGES if not _has_kit(f)]
+    for folder in folders:
+        report = report_for[folder]
+        report.unlink(missing_ok=True)
+        command = ["python", "-m", "pytest", f"{folder}/tests", "-m", "phalanx_conformance", "-p", "no:cacheprovider"]
+        # Exit 1 (a check failed) and 5 (no kit test) are read from the report; anything else aborts.
+        session.run(
+            *command, "-q", f"--phalanx-report={report}", success_codes=[0, 1, 5], env={"DS_ACCELERATOR": "cpu"}
+        )
+        data = json.loads(report.read_text()) if report.exists() else {"plugins": []}
+        if not data["plugins"]:
+            report.unlink(missing_ok=True)
+            without.append(folder)
+        elif any(entry["outcome"] != "passed" for entry in data["plugins"]):
+            failed.append(f"{folder} (see {report})")
+    skipped = sorted(set(KIT_PACKAGES) - set(folders) - set(without))
+    session.log(f"kits run under {torch_spec}: {', '.join(f for f in folders if f not in without)}")
+    session.log(f"no kit class in their tests: {', '.join(without) or 'none'}")
+    reasons = [f"{f} ({KIT_ELSEWHERE.get(f, 'its torch range excludes ' + torch_spec)})" for f in skipped]
+    session.log(f"not run here: {', '.join(reasons) or 'none'}")
+    if failed:
+        session.error(f"conformance kits failed under {torch_spec}: {', '.join(failed)}")
+
+
+def _shipped_report(folder: str) -> Path:
+    (module,) = [p for p in (ROOT / folder / "src").iterdir() if p.is_dir() and not p.name.endswith(".egg-info")]
+    return module / "phalanx-report.json"
+
+
+@nox.session
+def reports(session: nox.Session) -> None:
+    """Run every package's conformance kit under TORCH and write the report it ships (not default).
+
+    Each report lands in the package as ``src/<module>/phalanx-report.json``: the file
+    ``phalanx plugins --verified`` reads once installed and docs/plugin-index.md is built from.
+    Commit the changed reports; core/tests/test_verified_report.py checks they match the core.
+    """
+    _run_kits(session, TORCH, {folder: _shipped_report(folder) for folder in KIT_PACKAGES})
+
+
+@nox.session
+@nox.parametrize("torch", [COMPAT_TORCH, TORCH], ids=["oldest", "newest"])
+def compat(session: nox.Session, torch: str) -> None:
+    """Every package's conformance kit under the oldest supported torch and the newest (not default).
+
+    `nox -s compat` runs both; `nox -s "compat(oldest)"` one. The reports go to
+    .nox/compat-reports/<torch>/ (the shipped ones are not touched); a package whose torch range
+    excludes the torch is listed, not run. PHALANX_COMPAT_TORCH picks another oldest release.
+    """
+    out = ROOT / ".nox" / "compat-reports" / torch.replace("==", "-")
+    out.mkdir(parents=True, exist_ok=True)
+    _run_kits(session, torch, {folder: out / f"{folder.replace('/', '_')}.json" for folder in KIT_PACKAGES})

@@ -164,7 +164,7 @@ def test_phalanx_help_lists_every_command(tmp_path: Path) -> None:
     result = _phalanx("--help", cwd=tmp_path)
     assert result.returncode == 0
     commands = re.findall(r"^    (\w+)", result.stdout, re.MULTILINE)
-    expected = ["strategies", "plugins", "env", "doctor", "plan", "fit", "validate", "test", "predict", "checkpoint"]
+    expected = ["strategies", "plugins", "env", "new", "doctor", "plan", "fit", "validate", "test", "predict", "checkpoint"]
     assert commands == expected
 
 

@@ -35,6 +35,7 @@ _NAME_PREFIXES: dict[str, str] = {
     "xla": "phalanx-strategy-xla",
     "single_xla": "phalanx-strategy-xla",
     "tpu": "phalanx-strategy-xla",
+    "ft_": "phalanx-strategy-torchft",
 }
 
 _CLASS_NAMES: dict[str, str] = {
@@ -46,6 +47,8 @@ _CLASS_NAMES: dict[str, str] = {
     "SingleDeviceXLAStrategy": "phalanx-strategy-xla",
     "XLAFSDPStrategy": "phalanx-strategy-xla",
     "XLAAccelerator": "phalanx-strategy-xla",
+    "FTDDPStrategy": "phalanx-strategy-torchft",
+    "FTHSDPStrategy": "phalanx-strategy-torchft",
 }
 
 

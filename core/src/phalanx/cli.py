@@ -3,7 +3,9 @@
 ``phalanx strategies``, ``phalanx plugins`` and ``phalanx env`` read entry points, distribution
 metadata and a few files, never importing torch, so they answer in a fraction of a second even
 where importing torch takes seconds. ``phalanx doctor`` runs real processes and takes longer;
-``phalanx plan`` imports torch to build the model on the meta device. ``phalanx fit`` (and
+``phalanx plan`` imports torch to build the model on the meta device. ``phalanx new`` writes
+a plugin package from the templates in ``phalanx/_cli/scaffold``; ``phalanx plugins --verified``
+reads the conformance reports packages ship (neither imports torch). ``phalanx fit`` (and
 ``validate``, ``test``, ``predict``) is :class:`LightningCLI` with the Module and DataModule given
 by class path; it needs the ``phalanx-core[cli]`` extra (jsonargparse).
 
@@ -142,9 +144,53 @@ def _cmd_strategies(args: argparse.Namespace) -> int:
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
-    from phalanx._cli.listing import print_plugins
+    from phalanx._cli.listing import print_plugins, print_verified
 
+    if args.verified:
+        return print_verified(as_json=args.json)
     return print_plugins(as_json=args.json)
+
+
+def _cmd_new(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from phalanx._cli.new import NewPackageError, write_package
+
+    directory = Path(args.directory)
+    try:
+        written = write_package(args.kind, args.name, directory)
+    except NewPackageError as err:
+        print_error("phalanx new: error", str(err))
+        return 2
+    for path in written:
+        print(f"wrote {path}")
+    print(
+        f"\nNext: pip install -e '{directory}[test]', then `phalanx plugins` lists {args.name!r} and "
+        f"`pytest {directory}` runs the conformance kit. The method to write is marked FILL IN."
+    )
+    return 0
+
+
+def _add_new(sub: argparse._SubParsersAction[_Parser]) -> None:
+    from phalanx._cli.new import available_kinds
+
+    new = sub.add_parser(
+        "new",
+        help="write a new plugin package (pyproject, entry point, class, conformance tests, README)",
+        description=(
+            "Write a complete plugin package into DIR: pyproject with the 'phalanx' entry point and this core's "
+            "phalanx-core range, _plugin.py, the class from the public base with the one method to write marked "
+            "FILL IN, tests that run the conformance kit, and a README. As generated it installs, is listed and "
+            "passes its tests. NAME must be a lowercase identifier no installed plugin uses; DIR must be new or "
+            "empty (nothing is overwritten)."
+        ),
+    )
+    new.add_argument("kind", metavar="KIND", choices=available_kinds(), help=f"one of: {', '.join(available_kinds())}")
+    new.add_argument(
+        "name", metavar="NAME", help="the plugin's name: entry point, registered name, module phalanx_NAME"
+    )
+    new.add_argument("directory", metavar="DIR", help="folder to create the package in (new or empty)")
+    new.set_defaults(func=_cmd_new)
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
@@ -243,8 +289,8 @@ def _build_parser() -> tuple[_Parser, dict[str, _Parser]]:
     parser = _Parser(
         prog="phalanx",
         description=(
-            "Inspect phalanx's installed strategies and plugins, check the machine, estimate per-rank memory, "
-            "and convert checkpoints."
+            "Inspect phalanx's installed strategies and plugins (and whether their conformance reports verify "
+            "them), check the machine, estimate per-rank memory, convert checkpoints, and start a new plugin package."
         ),
         epilog="Plugins are packages exposing an entry point in the 'phalanx' group; block one with PHALANX_DISABLE_PLUGINS=name.",
     )
@@ -274,7 +320,14 @@ def _build_parser() -> tuple[_Parser, dict[str, _Parser]]:
     plugins.add_argument(
         "--json",
         action="store_true",
-        help="print JSON objects with keys entry_point, value, distribution, version, status, reason, hooks, provides",
+        help="print JSON objects with keys entry_point, value, distribution, version, status, reason, hooks, provides "
+        "(and verified, with --verified)",
+    )
+    plugins.add_argument(
+        "--verified",
+        action="store_true",
+        help="show per plugin whether the conformance report it ships (phalanx-report.json) passed under this "
+        "phalanx-core and torch minor: verified, failed, stale or unverified",
     )
     plugins.set_defaults(func=_cmd_plugins)
     env = sub.add_parser(
@@ -292,6 +345,7 @@ def _build_parser() -> tuple[_Parser, dict[str, _Parser]]:
         help="import torch to check devices and backends (takes as long as importing torch)",
     )
     env.set_defaults(func=_cmd_env)
+    _add_new(sub)
     _add_doctor(sub)
     from phalanx._cli.plan import add_plan_parser
 

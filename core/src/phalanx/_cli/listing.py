@@ -1,9 +1,10 @@
-"""``phalanx strategies`` and ``phalanx plugins``: tables that fit a terminal.
+"""``phalanx strategies`` and ``phalanx plugins [--verified]``: tables that fit a terminal.
 
 Reads entry points and distribution metadata only (never torch), so both answer instantly. A
 strategy *variant* (``ddp_find_unused_parameters_true``) is folded under its base name (``ddp``):
 it has the base's name as a prefix, the same target class from the same plugin, and the base's
 init parameters plus more. ``--all`` lists every name; ``--json`` is unchanged and complete.
+``plugins --verified`` reads the conformance report each plugin ships (no torch import either).
 """
 
 from __future__ import annotations
@@ -17,7 +18,16 @@ from typing import Any
 
 from phalanx.registry import RegistryEntry
 
-__all__ = ["MAX_WIDTH", "StrategyGroup", "fold_variants", "print_plugins", "print_strategies", "strategy_rows"]
+__all__ = [
+    "MAX_WIDTH",
+    "StrategyGroup",
+    "fold_variants",
+    "print_plugins",
+    "print_strategies",
+    "print_verified",
+    "strategy_rows",
+    "verified_rows",
+]
 
 #: Widest table printed, whatever the terminal says (long lines wrap into noise in a narrow one).
 MAX_WIDTH = 100
@@ -157,6 +167,52 @@ def plugin_problems() -> list[str]:
         for r in plugin_records()
         if r.status != "loaded"
     ]
+
+
+def verified_rows() -> list[dict[str, Any]]:
+    """Per entry point: the record of ``phalanx plugins --json`` plus ``verified`` (see :func:`verdict`)."""
+    from phalanx.plugins import plugin_records
+    from phalanx.testing._report import find_report, read_report, verdict
+
+    rows = []
+    for record in plugin_records():
+        path = find_report(record.value)
+        judged = verdict(record.name, record.distribution, read_report(path) if path else None)
+        if record.status != "loaded":  # an incompatible or broken plugin is not usable, whatever its report says
+            judged = {**judged, "status": record.status, "detail": record.reason or record.status}
+        rows.append({**record.as_dict(), "verified": {**judged, "report": str(path) if path else None}})
+    return rows
+
+
+def print_verified(*, as_json: bool) -> int:
+    """Print, per plugin, whether a shipped report verifies it for this core and torch minor."""
+    from phalanx.testing._report import minor, torch_version
+    from phalanx.version import __version__
+
+    rows = verified_rows()
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = terminal_width()
+    table = [
+        [
+            row["entry_point"],
+            f"{row['distribution'] or '?'} {row['version'] or ''}".strip(),
+            row["verified"]["status"],
+            row["verified"]["detail"],
+        ]
+        for row in rows
+    ]
+    lines = _table(table, ["ENTRY POINT", "DISTRIBUTION", "VERIFIED", "KIT RESULT"], width)
+    lines.append("")
+    lines += _wrapped(
+        f"verified: the plugin ships phalanx-report.json and its conformance kit passed under this core "
+        f"({minor(__version__)}) and torch ({minor(torch_version()) or 'not installed'}) minor; stale: the report is "
+        "for another minor; `phalanx plugins --verified --json` gives every check's counts.",
+        width,
+    )
+    print("\n".join(lines))
+    return 0
 
 
 def print_plugins(*, as_json: bool) -> int:

@@ -104,6 +104,8 @@ class Watchdog(threading.Thread):
     def stop(self) -> None:
         """End the thread (the stage is over) and release its pipe."""
         self._stopping.set()
+        with contextlib.suppress(OSError):
+            os.write(self._write_fd, b"\0")  # wake the select() now: a failing stage must not wait a tick
         if self.is_alive():
             self.join(timeout=2 * _TICK + 1)
         for fd in (self._read_fd, self._write_fd):
