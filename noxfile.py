@@ -280,6 +280,22 @@ def reports(session: nox.Session) -> None:
     Commit the changed reports; core/tests/test_verified_report.py checks they match the core.
     """
     _run_kits(session, TORCH, {folder: _shipped_report(folder) for folder in KIT_PACKAGES})
+    # The core's built-ins: single_device and the other kinds' kits run on the built-in plugins.
+    session.install("./core[all]")  # the built-in loggers' backends (tensorboard) for their kit
+    builtin = [
+        "core/tests/test_conformance_single_device.py",
+        *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "core/tests/testing_kits").glob("test_builtin_*.py")),
+    ]
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        *builtin,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--phalanx-report=core/src/phalanx/phalanx-report.json",
+    )
 
 
 @nox.session

@@ -26,10 +26,13 @@ from phalanx.version import __version__
 ROOT = Path(__file__).resolve().parents[2]
 #: Packages whose kit runs in the default environment: each must commit a passing report.
 MUST_SHIP = {
+    "core": "phalanx",  # the built-ins: single_device and the other kinds' kits in core/tests
     "packages/strategy-ddp": "phalanx_strategy_ddp",
+    "packages/strategy-deepspeed": "phalanx_strategy_deepspeed",
     "packages/strategy-fsdp": "phalanx_strategy_fsdp",
     "packages/strategy-model-parallel": "phalanx_strategy_model_parallel",
     "packages/strategy-torchft": "phalanx_strategy_torchft",
+    "packages/strategy-xla": "phalanx_strategy_xla",  # written in the xla session's torch (torch-xla pins it)
     "examples/vendor-strategy": "phalanx_local_sgd",
 }
 

@@ -24,8 +24,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def report_paths(root: Path = ROOT) -> list[Path]:
-    """Every committed report: ``packages/*/src/*/`` and ``examples/*/src/*/phalanx-report.json``."""
-    found = [*root.glob("packages/*/src/*/phalanx-report.json"), *root.glob("examples/*/src/*/phalanx-report.json")]
+    """Every committed report: the core's built-ins, ``packages/*/src/*/`` and ``examples/*/src/*/``."""
+    found = [
+        *root.glob("core/src/phalanx/phalanx-report.json"),
+        *root.glob("packages/*/src/*/phalanx-report.json"),
+        *root.glob("examples/*/src/*/phalanx-report.json"),
+    ]
     return sorted(found)
 
 

@@ -16,7 +16,7 @@ What an accelerator owes the Trainer, and so what the kit checks:
   ``"auto"``, before any process is started: a runtime brought up there breaks ``fork`` and pins
   devices before ``CUDA_VISIBLE_DEVICES``-style selection happens.
 - **devices parsing**: ``"auto"`` and counts give that many ``torch.device`` of the accelerator's
-  type; 0, negative counts, words, booleans and floats are refused with a ``MisconfigurationError``
+  type (its ``name``, or the kit's ``device_type``); 0, negative counts, words, booleans and floats are refused with a ``MisconfigurationError``
   that names the value; an enumerable accelerator refuses more devices than it has.
 - **placement**: a tensor and a module moved to the reported device are there, and arithmetic on
   it gives plain PyTorch's CPU numbers.
@@ -64,6 +64,10 @@ class AcceleratorConformance(ConformanceKit):
     devices: ClassVar[Any] = 1
     #: False where ``devices`` counts processes rather than hardware (cpu): no upper bound is checked.
     enumerable: ClassVar[bool] = True
+    #: The torch device type the accelerator's devices have; None: its ``name`` (``cuda``, ``xla``).
+    #: A package written before its device's torch backend exists (``phalanx new accelerator``)
+    #: computes on ``"cpu"`` and says so here.
+    device_type: ClassVar[str | None] = None
     atol: ClassVar[float] = 1e-5
     check_fit: ClassVar[bool] = True
 
@@ -144,8 +148,9 @@ class AcceleratorConformance(ConformanceKit):
                 assert len(devices) == count, f"devices={spelling!r} gave {len(devices)} device(s): {devices}"
                 for device in devices:
                     assert isinstance(device, torch.device), f"devices={spelling!r} gave {device!r}, not a torch.device"
-                    assert device.type == cls.name, (
-                        f"{cls.__name__} (name {cls.name!r}) reported a {device.type!r} device"
+                    expected = self.device_type or cls.name
+                    assert device.type == expected, (
+                        f"{cls.__name__} (name {cls.name!r}) reported a {device.type!r} device, expected {expected!r}"
                     )
         assert len(cls.get_parallel_devices("auto")) == len(cls.get_parallel_devices(cls.parse_devices("auto")))
         invalid: list[Any] = [0, -2, "zero", True, 1.5]

@@ -1,0 +1,66 @@
+"""What one rank holds: ``ft_ddp`` a full replica plus DDP's gradient buckets (as in ddp);
+``ft_hsdp`` the FSDP2 shards of its group plus one gathered unit and the flat gradient buffer.
+
+torchft adds a copy of the state only while a peer heals from this rank (the state it serves),
+which is transient and not counted. A request's world is one replica group (the Trainer's world).
+"""
+
+from __future__ import annotations
+
+import math
+
+from phalanx.memory import (
+    MemoryEstimate,
+    MemoryRequest,
+    activation_estimate,
+    optimizer_state_bytes,
+    replicated_estimate,
+)
+
+__all__ = ["estimate"]
+
+_TARGET = "phalanx_strategy_torchft.strategy:FTDDPStrategy"
+_HSDP_TARGET = "phalanx_strategy_torchft.hsdp:FTHSDPStrategy"
+
+
+def estimate(request: MemoryRequest) -> MemoryEstimate | None:
+    """A replica per rank and a second copy of the gradients in DDP's buckets (``ft_ddp``), or the
+    group's shards (``ft_hsdp``)."""
+    if request.target == _HSDP_TARGET:
+        return _sharded(request)
+    if request.target != _TARGET:
+        return None
+    buckets = request.model.trainable_numel * request.bytes.gradients
+    return replicated_estimate(
+        request,
+        layout=f"replicated x{request.world_size} (replica groups x ranks per group)",
+        other=buckets,
+        notes=("other: DDP gradient buckets (a 2nd copy)",),
+    )
+
+
+def _sharded(request: MemoryRequest) -> MemoryEstimate:
+    """FSDP2 splits dim 0 over the group's ranks; gradients and optimizer state follow the shards."""
+    ranks, size, params = request.world_size, request.bytes, request.model.parameters
+
+    def local(shapes: list[tuple[int, ...]]) -> int:
+        return sum(math.ceil(shape[0] / ranks) * math.prod(shape[1:]) if shape else 1 for shape in shapes)
+
+    weights = local([p.shape for p in params])
+    trainable = local([p.shape for p in params if p.requires_grad])
+    wrapped = bool(request.init_params.get("auto_wrap_policy"))
+    unit = request.model.largest_block if wrapped else request.model.numel
+    gathered = unit * (size.weights + size.gradients)
+    flat = trainable * size.gradients  # the shards copied into one buffer for torchft's all-reduce
+    return MemoryEstimate(
+        parameters=weights * size.weights,
+        gradients=trainable * size.gradients,
+        optimizer_states=optimizer_state_bytes(request.optimizer, trainable, state_dtype_bytes=size.weights),
+        activations=activation_estimate(request),
+        other=request.model.buffer_bytes + gathered + flat,
+        layout=f"sharded x{ranks} in each replica group, replicated across groups",
+        notes=(
+            f"other: {'largest wrapped unit' if wrapped else 'whole model (one unit)'} gathered, "
+            "plus the flat gradient shard torchft all-reduces",
+        ),
+    )

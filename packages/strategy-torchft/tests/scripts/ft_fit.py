@@ -1,0 +1,106 @@
+"""Train with ft_ddp (or ft_hsdp); every group's rank writes its weights, commit log and heal log.
+
+Usage: python ft_fit.py OUT_DIR EPOCHS [options as JSON]
+Options: hsdp (use ft_hsdp: FSDP2 inside each group), wrap_linear (ft_hsdp: each Linear its own unit), devices, replica_groups, min_replicas, timeout, quorum_timeout, lighthouse, max_restarts,
+accumulate / clip (Trainer's accumulate_grad_batches / gradient_clip_val),
+kill_group / kill_step (SIGKILL that group's processes, every rank, during that step, once), step_sleep (seconds
+per step, so a restarted group finds the others still training), alone_sleep (seconds per step
+while the previous step committed with one group only: the survivor waits for the restarted group
+without slowing the rest of the run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import torch
+from ft_common import BATCH_SIZE, LR, SEED, build_layers, dataset, loss_fn, write_json
+from phalanx_strategy_torchft import FTDDPStrategy, FTHSDPStrategy
+from torch.distributed.tensor import DTensor
+from torch.utils.data import DataLoader
+
+import phalanx
+
+OUT = sys.argv[1]
+EPOCHS = int(sys.argv[2])
+OPTIONS: dict[str, Any] = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+
+
+class Net(phalanx.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = build_layers()
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        strategy = self.trainer.strategy
+        marker = os.path.join(
+            OUT, "killed" if self.trainer.global_rank == 0 else f"killed_rank{self.trainer.global_rank}"
+        )
+        if (
+            strategy.replica_group_id == OPTIONS.get("kill_group")
+            and self.trainer.global_step == OPTIONS.get("kill_step")
+            and not os.path.exists(marker)
+        ):
+            with open(marker, "w") as fh:
+                fh.write(str(time.time()))
+            os.kill(os.getpid(), signal.SIGKILL)  # after the quorum, before the all-reduce: mid-step
+        if OPTIONS.get("step_sleep"):
+            time.sleep(OPTIONS["step_sleep"])
+        log = strategy.commit_log
+        if OPTIONS.get("alone_sleep") and log and log[-1]["participants"] == 1:
+            time.sleep(OPTIONS["alone_sleep"])
+        return loss_fn(self.net, batch)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=LR)
+
+    def on_train_start(self) -> None:
+        launcher = self.trainer.strategy.launcher
+        lighthouse = getattr(getattr(launcher, "lighthouse", None), "proc", None)
+        if lighthouse is not None:
+            write_json(os.path.join(OUT, "lighthouse.json"), {"pid": lighthouse.pid})
+
+
+if __name__ == "__main__":
+    torch.manual_seed(SEED)
+    model = Net()
+    kwargs = {
+        k: OPTIONS[k]
+        for k in ("replica_groups", "min_replicas", "quorum_timeout", "lighthouse", "max_restarts")
+        if k in OPTIONS
+    }
+    if OPTIONS.get("wrap_linear"):  # ft_hsdp: every Linear its own FSDP2 unit
+        kwargs["auto_wrap_policy"] = [torch.nn.Linear]
+    strategy_class = FTHSDPStrategy if OPTIONS.get("hsdp") else FTDDPStrategy
+    strategy = strategy_class(timeout=OPTIONS.get("timeout", 3.0), **kwargs)
+    trainer = phalanx.Trainer(
+        accelerator="cpu", devices=OPTIONS.get("devices", 1), strategy=strategy, max_epochs=EPOCHS,
+        enable_progress_bar=False, logger=False, enable_checkpointing=False, default_root_dir=OUT,
+        accumulate_grad_batches=OPTIONS.get("accumulate", 1), gradient_clip_val=OPTIONS.get("clip"),
+    )  # fmt: skip
+    started = time.time()
+    trainer.fit(model, DataLoader(dataset(), batch_size=BATCH_SIZE, shuffle=True))
+    name = f"group{strategy.replica_group_id}_rank{trainer.global_rank}"
+    params = dict(model.named_parameters())
+    sharded = {k: list(v.to_local().shape) for k, v in params.items() if isinstance(v, DTensor)}
+    state = {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in model.state_dict().items()}
+    launcher = strategy.launcher
+    write_json(
+        os.path.join(OUT, f"{name}.json"),
+        {
+            "state": {k: v.flatten().tolist() for k, v in state.items()},
+            "sharded": sharded,
+            "commit_log": strategy.commit_log,
+            "heal_log": strategy.heal_log,
+            "global_step": trainer.global_step,
+            "pid": os.getpid(),
+            "fit_seconds": time.time() - started,
+            "events": list(getattr(launcher, "events", [])),
+            "restarted": os.path.exists(os.path.join(OUT, "killed")),
+        },
+    )

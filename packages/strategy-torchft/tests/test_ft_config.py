@@ -1,0 +1,86 @@
+"""Bad input fails at ``Trainer(...)`` (or at the strategy's construction), with one clear error each.
+
+torchft missing is checked in a real environment without it: a fresh interpreter whose only
+site directory is a copy of this one's (links) minus torchft, so both the import and the
+installed-metadata check see it absent, as on a machine where it was never installed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+from phalanx_strategy_torchft import FTDDPStrategy, FTHSDPStrategy
+
+import phalanx
+from phalanx.environments.local import find_free_port
+from phalanx.errors import MisconfigurationError
+from phalanx.strategies import StrategyRegistry
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_fewer_groups_than_min_replicas_is_refused() -> None:
+    with pytest.raises(MisconfigurationError, match=r"min_replicas=3.*replica_groups=2.*Fix: lower min_replicas"):
+        phalanx.Trainer(strategy=StrategyRegistry.get("ft_ddp", replica_groups=2, min_replicas=3), accelerator="cpu")
+    with pytest.raises(MisconfigurationError, match=r"replica_group_id=2.*0\.\.1"):
+        FTDDPStrategy(replica_groups=2, replica_group_id=2)
+    with pytest.raises(MisconfigurationError, match=r"quorum_timeout=-1"):
+        FTDDPStrategy(quorum_timeout=-1)
+    with pytest.raises(MisconfigurationError, match=r"start_method='spawn'.*popen"):
+        FTDDPStrategy(start_method="spawn")
+    with pytest.raises(MisconfigurationError, match=r"FTHSDPStrategy\(min_replicas=3\).*replica_groups=2"):
+        phalanx.Trainer(strategy=StrategyRegistry.get("ft_hsdp", replica_groups=2, min_replicas=3), accelerator="cpu")
+    with pytest.raises(MisconfigurationError, match=r"auto_wrap_policy=\['Linear'\].*nn.Module subclasses"):
+        FTHSDPStrategy(auto_wrap_policy=["Linear"])  # type: ignore[list-item]
+
+
+def test_unreachable_lighthouse_fails_at_trainer_construction() -> None:
+    address = f"http://127.0.0.1:{find_free_port()}"
+    started = time.monotonic()
+    with pytest.raises(MisconfigurationError, match=r"lighthouse at 'http://127\.0\.0\.1:\d+' is unreachable"):
+        phalanx.Trainer(strategy=FTDDPStrategy(lighthouse=address), accelerator="cpu", devices=1, logger=False)
+    assert time.monotonic() - started < 15
+    with pytest.raises(MisconfigurationError, match=r"lighthouse='not an address' is not a lighthouse address"):
+        FTDDPStrategy(lighthouse="not an address")
+
+
+def _site_without_torchft(root: Path) -> Path:
+    site = Path(sysconfig.get_paths()["purelib"])
+    copy = root / "site"
+    copy.mkdir()
+    for entry in site.iterdir():
+        if entry.name.lower().startswith("torchft"):
+            continue
+        (copy / entry.name).symlink_to(entry)
+    return copy
+
+
+def test_torchft_missing_is_listed_unavailable_with_the_pip_command(tmp_path: Path) -> None:
+    site = _site_without_torchft(tmp_path)
+    code = (
+        f"import site, sys, json; site.addsitedir({str(site)!r})\n"
+        "import importlib.util; assert importlib.util.find_spec('torchft') is None\n"
+        "from phalanx.cli import main\n"
+        "sys.exit(main(['strategies', '--json']))\n"
+    )
+    listed = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=90)
+    assert listed.returncode == 0, listed.stderr
+    rows = {r["name"]: r for r in json.loads(listed.stdout) if r["name"] in ("ft_ddp", "ft_hsdp")}
+    assert rows.keys() == {"ft_ddp", "ft_hsdp"}
+    for row in rows.values():
+        assert row["available"] is False
+        assert "pip install 'torchft>=0.2'" in row["reason"]
+    code = (
+        f"import site, sys; site.addsitedir({str(site)!r})\n"
+        "import phalanx\n"
+        "phalanx.Trainer(strategy='ft_ddp', accelerator='cpu', devices=1)\n"
+    )
+    selected = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=90)
+    assert selected.returncode != 0
+    assert "pip install 'torchft>=0.2'" in selected.stderr, selected.stderr[-2000:]

@@ -1,0 +1,55 @@
+"""ft_ddp and ft_hsdp are registered through the ``phalanx`` entry point, costs no torch import to list, and
+answers ``phalanx plan`` (memory) like the other plugins. (``phalanx doctor --strategy ft_ddp``
+runs a real 2 groups x 2 ranks fit, about 35 s here; it is left to the doctor's own runs to keep
+this suite within CI's budget.)"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from phalanx_strategy_torchft import FTDDPStrategy
+
+from phalanx.registry import StrategyRegistry
+from phalanx.testing.memory import planned
+
+
+def test_registered_with_its_requirements() -> None:
+    entry = StrategyRegistry.entry("ft_ddp")
+    assert entry.target_path == "phalanx_strategy_torchft.strategy:FTDDPStrategy"
+    assert "torchft>=0.2" in entry.requires
+    assert entry.available, entry.unavailable_reason()
+    strategy = StrategyRegistry.get("ft_ddp", replica_groups=3, min_replicas=2, quorum_timeout=5)
+    assert isinstance(strategy, FTDDPStrategy)
+    assert (strategy.replica_groups, strategy.min_replicas, strategy.quorum_timeout.total_seconds()) == (3, 2, 5.0)
+
+
+def test_plugin_module_imports_no_torch() -> None:
+    code = "import sys, phalanx_strategy_torchft._plugin, phalanx_strategy_torchft; print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "False", result.stderr
+
+
+def test_plan_estimates_a_replica_per_rank_like_ddp() -> None:
+    ft, ddp = planned("ft_ddp", width=64, devices=2), planned("ddp", width=64, devices=2)
+    assert ft is not None and ddp is not None
+    assert (ft.parameters, ft.gradients, ft.optimizer_states) == (ddp.parameters, ddp.gradients, ddp.optimizer_states)
+    assert ft.other == ft.gradients  # DDP's buckets: a second copy of the gradients
+
+
+def test_ft_hsdp_registered_and_planned_as_shards_like_fsdp() -> None:
+    from phalanx_strategy_torchft import FTHSDPStrategy
+
+    entry = StrategyRegistry.entry("ft_hsdp")
+    assert entry.target_path == "phalanx_strategy_torchft.hsdp:FTHSDPStrategy"
+    assert "torchft>=0.2" in entry.requires
+    strategy = StrategyRegistry.get("ft_hsdp", replica_groups=3, min_replicas=2)
+    assert isinstance(strategy, FTHSDPStrategy) and strategy.replica_groups == 3
+    ft, fsdp = planned("ft_hsdp", width=64, devices=2), planned("fsdp", width=64, devices=2)
+    assert ft is not None and fsdp is not None
+    assert (ft.parameters, ft.gradients, ft.optimizer_states) == (
+        fsdp.parameters,
+        fsdp.gradients,
+        fsdp.optimizer_states,
+    )
+    assert ft.other > ft.gradients  # the gathered unit and the flat shard torchft all-reduces
