@@ -24,6 +24,8 @@ LIGHTNING = "lightning==2.6.6"
 NO_BUILD_ISOLATION = {"strategy-deepspeed": ["deepspeed>=0.14", "ninja"]}
 #: Optional dependencies a package's tests run for real, installed as the package's extra.
 EXTRAS = {"strategy-torchft": "torchft"}
+#: The core's extras a package's tests need (fsdp's float8 tests run torchao for real).
+CORE_EXTRAS = {"strategy-fsdp": "float8"}
 
 PACKAGES = sorted(p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").exists())
 TEST_DEPS = ["pytest>=7", "pytest-timeout>=2"]
@@ -74,7 +76,8 @@ def _install_package(session: nox.Session, name: str) -> None:
 
 
 def _pytest(session: nox.Session, *paths: str, env: dict[str, str] | None = None) -> None:
-    session.run("python", "-m", "pytest", *paths, "-ra", *session.posargs, env=env)
+    # --durations: the slowest tests in every CI log, where trimming the suite starts
+    session.run("python", "-m", "pytest", *paths, "-ra", "--durations=25", *session.posargs, env=env)
 
 
 @nox.session(name="tests-core")
@@ -90,7 +93,7 @@ def _package_session(name: str) -> None:
     @nox.session(name=f"tests-{name}")
     def run(session: nox.Session) -> None:
         _install_torch(session)
-        session.install("./core", *TEST_DEPS)
+        session.install("./core" + (f"[{CORE_EXTRAS[name]}]" if name in CORE_EXTRAS else ""), *TEST_DEPS)
         _install_package(session, name)
         _pytest(session, f"packages/{name}/tests")
 
@@ -112,7 +115,9 @@ def integration(session: nox.Session) -> None:
     for name in PACKAGES:
         _install_package(session, name)
     session.install("./tests/plugins/phalanx-testplugin", "./examples/vendor-strategy")
-    _pytest(session, "tests", "examples/vendor-strategy/tests")
+    # tests/remote: a real S3 API server (moto's server mode) on loopback, driven through s3fs
+    session.install("./core[s3]", "moto[server]>=5")
+    _pytest(session, "tests", "examples/vendor-strategy/tests", env={"PHALANX_REQUIRE_S3": "1"})
     # every benchmark script for a few steps, so they cannot rot (no target is enforced here)
     session.run("python", "benchmarks/run_all.py", "--quick", env={"DS_ACCELERATOR": "cpu"})
 

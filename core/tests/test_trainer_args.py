@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -84,7 +85,9 @@ BAD_ARGUMENTS = [
 ]
 
 
-@pytest.mark.parametrize(("name", "value"), BAD_ARGUMENTS, ids=[f"{n}={v!r}" for n, v in BAD_ARGUMENTS])
+@pytest.mark.parametrize(
+    ("name", "value"), BAD_ARGUMENTS, ids=[re.sub(r" at 0x[0-9a-f]+", "", f"{n}={v!r}") for n, v in BAD_ARGUMENTS]
+)
 def test_bad_trainer_argument(name: str, value: Any) -> None:
     with pytest.raises(MisconfigurationError) as info:
         Trainer(**{**quiet(), name: value})

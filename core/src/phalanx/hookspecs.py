@@ -121,6 +121,15 @@ def phalanx_convert_checkpoint(source: str, destination: str) -> bool | None:
     ``module.state_dict()``) and ``"phalanx_version"``; it loads with ``torch.load(weights_only=True)``
     and with ``Trainer(strategy="single_device" | "ddp").fit(..., ckpt_path=destination)`` for weights.
     Return True when converted, ``None`` when the format is not this plugin's.
+
+    This hook is the checkpoint-format registry: ``phalanx checkpoint convert`` and
+    ``Module.load_from_checkpoint`` (for a directory or a remote directory) ask it, so a format is
+    usable everywhere once one plugin answers for it. Recognise from the path alone (a marker file,
+    a naming rule) and return ``None`` before importing torch or the strategy's library, because
+    every plugin is asked in turn. ``source`` may be an fsspec URL. The core answers last for its
+    own formats: plain torch files and the sharded DCP directories of
+    :mod:`phalanx.checkpoint_io.dcp`, so a strategy that saves through that module needs no
+    implementation of its own.
     """
 
 

@@ -3,8 +3,10 @@
 ``Module.load_from_checkpoint(path)`` rebuilds ``cls(**saved_hyperparameters, **overrides)`` and
 loads the weights, wherever they came from: a single file (single_device, ddp, FSDP "full"), or a
 directory of shards (FSDP, model_parallel, DeepSpeed, a vendor's format). Directories are turned
-into one portable file by the installed plugins' ``phalanx_convert_checkpoint`` hooks (what
-``phalanx checkpoint convert`` runs), in a temporary folder that is removed afterwards, so a new
+into one portable file by the ``phalanx_convert_checkpoint`` hooks (what ``phalanx checkpoint
+convert`` runs), in a temporary folder that is removed afterwards: the core answers for its own
+sharded format (:mod:`phalanx.checkpoint_io.dcp`, written by fsdp, model_parallel and any vendor
+strategy that uses it) and plain files, each plugin for its own layout (DeepSpeed, XLA), so a new
 strategy package makes its checkpoints loadable here without this module knowing its layout.
 """
 
@@ -198,7 +200,7 @@ def read_checkpoint(
 
 
 def _read_directory(path: str, map_location: Any, weights_only: bool) -> dict[str, Any]:
-    """Convert a sharded checkpoint directory into a temporary portable file and read that."""
+    """Convert a sharded checkpoint directory (local or a URL) into a temporary portable file and read that."""
     from phalanx.plugins import decide
 
     with tempfile.TemporaryDirectory(prefix="phalanx-load-") as folder:
@@ -221,9 +223,8 @@ def _read_url(url: str, map_location: Any, weights_only: bool) -> Any:
     except ImportError as error:
         msg = f"Cannot read {url!r}: {error}. Fix: install the fsspec filesystem package it names."
         raise ImportError(msg) from error
-    if filesystem.isdir(location):
-        msg = f"{url!r} is a remote directory; sharded checkpoints load from a local path. Fix: copy it locally first."
-        raise CheckpointError(msg)
+    if filesystem.isdir(location):  # a sharded checkpoint: the format that recognises it reads it remotely
+        return _read_directory(url, map_location, weights_only)
     if not filesystem.exists(location):
         msg = f"Checkpoint {url!r} does not exist. Check the URL."
         raise CheckpointError(msg)

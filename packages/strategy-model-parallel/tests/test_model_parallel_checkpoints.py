@@ -21,9 +21,10 @@ ATOL = 1e-5
 
 def test_distributed_checkpoint_is_a_directory_with_one_shard_file_per_rank(mesh_2x2: Path) -> None:
     ckpt = mesh_2x2 / "ckpt22"
-    assert sorted(p.name for p in ckpt.iterdir()) == [".metadata", *[f"__{r}_0.distcp" for r in range(4)], "trainer_state.pt"]
-    meta = torch.load(ckpt / "trainer_state.pt", weights_only=True)
-    assert meta["model_parallel"]["layout"] == {"data_parallel": 2, "tensor_parallel": 2, "pipeline_parallel": 1}
+    assert sorted(p.name for p in ckpt.iterdir()) == [".metadata", *[f"__{r}_0.distcp" for r in range(4)], "meta.pt"]
+    meta = torch.load(ckpt / "meta.pt", weights_only=True)
+    assert meta["dcp"]["strategy"] == "model_parallel" and meta["dcp"]["world_size"] == 4
+    assert meta["dcp"]["layout"] == {"data_parallel": 2, "tensor_parallel": 2, "pipeline_parallel": 1}
     assert meta["global_step"] == 8 and "state_dict" not in meta
 
 
@@ -69,13 +70,3 @@ def test_checkpoint_of_another_model_is_refused(mesh_1x2: Path) -> None:
         error = result["error"]
         assert error.startswith("CheckpointError") and "does not fit the model Net" in error
         assert "net.0.w1.weight: checkpoint (16, 8) vs model (32, 8)" in error
-
-
-def test_convert_passes_on_other_formats(tmp_path: Path) -> None:
-    from phalanx_strategy_model_parallel._convert import convert_distributed_checkpoint
-
-    plain = tmp_path / "plain.pt"
-    torch.save({"state_dict": {}}, plain)
-    assert convert_distributed_checkpoint(str(plain), str(tmp_path / "x.pt")) is None
-    assert convert_distributed_checkpoint(str(tmp_path), str(tmp_path / "x.pt")) is None
-    assert not (tmp_path / "x.pt").exists()

@@ -19,13 +19,18 @@ def test_registered_from_this_distribution() -> None:
     from phalanx.strategies import StrategyRegistry
 
     assert "model_parallel" in StrategyRegistry
-    out = subprocess.run([sys.executable, "-m", "phalanx.cli", "strategies", "--json"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "phalanx.cli", "strategies", "--json"], capture_output=True, text=True, check=True
+    )
     assert "phalanx-strategy-model-parallel" in out.stdout and "model_parallel" in out.stdout
 
 
 def test_plugin_module_imports_no_torch() -> None:
     code = "import sys, phalanx_strategy_model_parallel._plugin; print('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )
 
 
 def test_layering_check_accepts_the_package() -> None:
@@ -40,18 +45,25 @@ def test_layering_check_accepts_the_package() -> None:
 @pytest.mark.parametrize(
     ("sizes", "devices", "fragment"),
     [
-        ({"data_parallel_size": 3, "tensor_parallel_size": 2}, 4, "3 x 2 x 1 = 6, but the job has 4 processes"),
+        ({"data_parallel_size": 3, "tensor_parallel_size": 2}, 4, "3 x 2 x 1 x 1 = 6, but the job has 4 processes"),
         ({"data_parallel_size": 3}, 4, "'auto' size would be 4/3"),
         ({"tensor_parallel_size": 2, "pipeline_parallel_size": 3}, 4, "4/6"),
     ],
 )
-def test_sizes_that_do_not_multiply_to_the_world_fail_before_launch(sizes: dict, devices: int, fragment: str, tmp_path: Path) -> None:
+def test_sizes_that_do_not_multiply_to_the_world_fail_before_launch(
+    sizes: dict, devices: int, fragment: str, tmp_path: Path
+) -> None:
     import phalanx
     from phalanx_strategy_model_parallel import ModelParallelStrategy
 
     with pytest.raises(MisconfigurationError, match="Fix:") as info:
-        trainer = phalanx.Trainer(accelerator="cpu", devices=devices, strategy=ModelParallelStrategy(**sizes),
-                                  logger=False, default_root_dir=tmp_path)
+        trainer = phalanx.Trainer(
+            accelerator="cpu",
+            devices=devices,
+            strategy=ModelParallelStrategy(**sizes),
+            logger=False,
+            default_root_dir=tmp_path,
+        )
         trainer.fit(phalanx.Module())
     assert fragment in str(info.value)
     assert list(tmp_path.iterdir()) == []  # nothing written

@@ -1,4 +1,10 @@
-"""Conversion of a plain torch checkpoint file (single_device, ddp) into the portable format."""
+"""The core's own checkpoint formats, converted into the portable file.
+
+Two formats belong to the core: a plain torch checkpoint file (single_device, ddp, FSDP "full")
+and the sharded DCP directory that every sharded strategy writes through
+:mod:`phalanx.checkpoint_io.dcp` (fsdp, model_parallel, a vendor's). Both are recognised from
+the path alone, so other plugins' formats pass through here without importing torch.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,9 @@ __all__ = ["convert_torch_file"]
 
 
 def convert_torch_file(source: str, destination: str) -> bool | None:
-    """Convert a checkpoint file holding ``"state_dict"``; pass (``None``) on anything else."""
+    """Convert a checkpoint file holding ``"state_dict"`` or a phalanx sharded directory; pass (``None``) on anything else."""
+    if os.path.isdir(source) or "://" in source:
+        return _convert_sharded(source, destination)
     if not os.path.isfile(source):
         return None
     # Imported after the check: a directory (another plugin's sharded format) passes without torch.
@@ -22,3 +30,14 @@ def convert_torch_file(source: str, destination: str) -> bool | None:
         raise CheckpointError(msg)
     write_portable_checkpoint(checkpoint["state_dict"], destination, source=source, extra=checkpoint)
     return True
+
+
+def _convert_sharded(source: str, destination: str) -> bool | None:
+    """The core's DCP directory format (local or an fsspec URL); ``None`` for any other directory."""
+    from phalanx.checkpoint_io._dcp_format import is_dcp_checkpoint
+
+    if not is_dcp_checkpoint(source):
+        return None
+    from phalanx.checkpoint_io.dcp import convert_to_portable
+
+    return convert_to_portable(source, destination)

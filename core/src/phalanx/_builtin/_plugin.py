@@ -71,6 +71,12 @@ def phalanx_register_precisions(registry: Registry) -> None:
     registry.register(
         "bf16-true", "phalanx.precision.half:HalfPrecision", "bfloat16 weights and compute", precision="bf16-true"
     )
+    registry.register(
+        "float8",
+        "phalanx.precision.float8:Float8Precision",
+        "float32 weights, Linear matmuls in float8 (torchao)",
+        requires=("torchao",),
+    )
 
 
 @hookimpl

@@ -26,8 +26,9 @@ import torch
 
 from phalanx.callbacks._checkpoint_names import CheckpointNames
 from phalanx.callbacks.checkpoint import Checkpoint
-from phalanx.errors import MisconfigurationError
-from phalanx.utilities.paths import local_path
+from phalanx.checkpoint_io.storage import filesystem, is_remote, remote_error
+from phalanx.errors import CheckpointError, MisconfigurationError
+from phalanx.utilities.paths import check_path
 from phalanx.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 if TYPE_CHECKING:
@@ -148,7 +149,9 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
             if flag is not None and not isinstance(flag, bool):
                 msg = f"ModelCheckpoint({name}={flag!r}) must be True, False or None."
                 raise MisconfigurationError(msg)
-        self.dirpath: str | None = local_path(dirpath, argument="ModelCheckpoint(dirpath=...)") if dirpath is not None else None
+        self.dirpath: str | None = (
+            check_path(dirpath, argument="ModelCheckpoint(dirpath=...)") if dirpath is not None else None
+        )
         self._user_dirpath = self.dirpath is not None
         self.filename = filename
         self.monitor = monitor
@@ -432,13 +435,33 @@ class ModelCheckpoint(CheckpointNames, Checkpoint):
         if self.verbose and self.monitor is None:
             rank_zero_info(f"Epoch {trainer.current_epoch}, global step {trainer.global_step}: saved {path}")
 
+    def file_exists(self, filepath: str | os.PathLike[str], trainer: TrainerView) -> bool:
+        """Whether ``filepath`` exists on rank 0 (a file, or a directory on a store), broadcast to every rank."""
+        text = os.fspath(filepath)
+        if not is_remote(text):
+            return bool(trainer.strategy.broadcast(os.path.exists(text)))
+        exists: bool | str = False
+        if trainer.is_global_zero:
+            try:
+                fs, inner = filesystem(text)
+                fs.invalidate_cache()
+                exists = bool(fs.exists(inner))
+            except Exception as error:  # the store's own errors (endpoint, credentials) vary by backend
+                exists = remote_error(text, error, action="look up the checkpoint")
+        exists = trainer.strategy.broadcast(exists)
+        if isinstance(exists, str):  # every rank raises alike
+            raise CheckpointError(exists)
+        return exists
+
     def _should_remove(self, trainer: TrainerView, previous: str, current: str) -> bool:
-        """Never delete the file just written, the checkpoint fit resumed from, or a local file outside ``dirpath``."""
+        """Never delete the file just written, the checkpoint fit resumed from, or one outside ``dirpath``."""
         if previous == current:
             return False
-        if "://" in previous and not previous.startswith("file://"):
-            return True
         resumed = trainer.ckpt_path
-        if resumed is not None and Path(previous).absolute() == Path(resumed).absolute():
+        if is_remote(previous):
+            if resumed is not None and os.fspath(resumed).rstrip("/") == previous.rstrip("/"):
+                return False
+            return bool(self.dirpath) and previous.startswith(str(self.dirpath).rstrip("/") + "/")
+        if resumed is not None and not is_remote(resumed) and Path(previous).absolute() == Path(resumed).absolute():
             return False
         return Path(self.dirpath or ".").absolute() in Path(previous).absolute().parents

@@ -3,11 +3,16 @@
 Tensors are copied to CPU memory before the call returns; the training loop may then keep
 updating the weights while the copy is written. Saves (and removals) run on one thread, in the
 order they were requested, so "save new best, then delete old best" cannot happen out of order.
+
+Sharded strategies (``fsdp``, ``model_parallel``) take the same switch: their DCP saves stage the
+shards to CPU memory and finish on this thread too (:mod:`phalanx.checkpoint_io.dcp`), so
+``Trainer(plugins=[AsyncCheckpointIO()])`` makes every strategy's saves asynchronous.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -40,6 +45,11 @@ class AsyncCheckpointIO(CheckpointIO):
         self._pending: list[Future[None]] = []
         self._error: BaseException | None = None
         self._lock = threading.Lock()
+        #: The CPU process group background sharded saves synchronise on (created by the first
+        #: one, dropped at teardown, when the strategy's process groups go away).
+        self.process_group: Any | None = None
+        #: The CPU buffers background sharded saves stage into (reused from one save to the next).
+        self.stager: Any | None = None
 
     def _submit(self, function: Any, *args: Any, **kwargs: Any) -> None:
         def run() -> None:
@@ -54,6 +64,15 @@ class AsyncCheckpointIO(CheckpointIO):
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="phalanx-ckpt")
         self._pending = [future for future in self._pending if not future.done()]
         self._pending.append(self._executor.submit(run))
+
+    def run_in_background(self, function: Callable[[], None]) -> None:
+        """Queue ``function`` behind the earlier saves and removals; its failure surfaces at the next save.
+
+        Raises:
+            BaseException: The failure of earlier background work, re-raised here first.
+        """
+        self._raise_error()
+        self._submit(function)
 
     def _raise_error(self) -> None:
         with self._lock:
@@ -103,6 +122,10 @@ class AsyncCheckpointIO(CheckpointIO):
             if self._executor is not None:
                 self._executor.shutdown(wait=True)
                 self._executor = None
+            self.process_group = None
+            if self.stager is not None:
+                self.stager.close()
+                self.stager = None
             self.checkpoint_io.teardown()
 
     def __repr__(self) -> str:

@@ -3,7 +3,9 @@
 Files go to ``<save_dir>/<name>/version_<N>/metrics.csv``; ``N`` is the next free number so runs
 never overwrite each other. Rows are buffered and flushed every ``flush_logs_every_n_steps`` so
 logging costs no file I/O on most steps. When a metric appears that the header lacks, the file is
-rewritten with the widened header, so every row stays aligned with its columns.
+rewritten with the widened header, so every row stays aligned with its columns. ``save_dir`` may be
+an fsspec URL (``s3://bucket/run``): object stores cannot append, so there every flush rewrites the
+whole file in one upload.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from phalanx.errors import MisconfigurationError
+from phalanx.errors import MisconfigurationError, PhalanxError
 from phalanx.loggers.logger import Logger
-from phalanx.utilities.paths import local_path
+from phalanx.utilities.paths import check_path, filesystem, is_remote, join, remote_error
 
 __all__ = ["CSVLogger", "write_hparams_yaml"]
 
@@ -37,9 +39,10 @@ def _plain(value: Any) -> Any:
 
 def write_hparams_yaml(path: str, hparams: Mapping[str, Any]) -> None:
     """Write ``hparams`` to ``path`` as YAML (``Module.load_from_checkpoint(hparams_file=...)`` reads it)."""
+    import fsspec
     import yaml
 
-    with open(path, "w") as handle:
+    with fsspec.open(path, "w") as handle:
         yaml.safe_dump(_plain(dict(hparams)), handle, sort_keys=False)
 
 
@@ -79,7 +82,7 @@ class CSVLogger(Logger):
         ):
             msg = f"CSVLogger(flush_logs_every_n_steps={flush_logs_every_n_steps!r}) must be an int >= 1."
             raise MisconfigurationError(msg)
-        self._save_dir = local_path(save_dir, argument="CSVLogger(save_dir=...)")
+        self._save_dir = check_path(save_dir, argument="CSVLogger(save_dir=...)")
         self._name = name or ""
         self._version = version
         self._prefix = prefix
@@ -110,25 +113,35 @@ class CSVLogger(Logger):
     @property
     def root_dir(self) -> str:
         """``<save_dir>/<name>``: where the ``version_N`` folders are."""
-        return os.path.join(self._save_dir, self._name)
+        return join(self._save_dir, self._name) if self._name else self._save_dir
 
     @property
     def log_dir(self) -> str:
         """``<save_dir>/<name>/version_<N>``."""
         version = self.version
         folder = version if isinstance(version, str) else f"version_{version}"
-        return os.path.join(self.root_dir, folder)
+        return join(self.root_dir, folder)
 
     @property
     def metrics_file_path(self) -> str:
         """Path of ``metrics.csv``."""
-        return os.path.join(self.log_dir, "metrics.csv")
+        return join(self.log_dir, "metrics.csv")
 
     def _next_version(self) -> int:
-        root = Path(self._save_dir) / self._name
-        if not root.is_dir():
-            return 0
-        found = [int(m.group(1)) for p in root.iterdir() if p.is_dir() and (m := _VERSION_DIR.match(p.name))]
+        if is_remote(self._save_dir):
+            fs, root_path = filesystem(self.root_dir)
+            fs.invalidate_cache()
+            try:
+                entries = fs.ls(root_path, detail=True)
+            except FileNotFoundError:
+                return 0
+            names = [e["name"].rstrip("/").rpartition("/")[2] for e in entries if e.get("type") == "directory"]
+        else:
+            root = Path(self._save_dir) / self._name
+            if not root.is_dir():
+                return 0
+            names = [p.name for p in root.iterdir() if p.is_dir()]
+        found = [int(m.group(1)) for name in names if (m := _VERSION_DIR.match(name))]
         return max(found) + 1 if found else 0
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
@@ -152,19 +165,42 @@ class CSVLogger(Logger):
         """Append buffered rows, rewriting the file when new columns appeared.
 
         Also creates the run directory, which reserves this version for the run.
+
+        Raises:
+            PhalanxError: A store (``save_dir`` is a URL) could not be written; the message names
+                the URL and the store's own error.
         """
-        os.makedirs(self.log_dir, exist_ok=True)
+        if not is_remote(self._save_dir):
+            self._save()
+            return
+        try:
+            self._save()
+        except Exception as error:  # the store's own errors (endpoint, credentials) vary by backend
+            raise PhalanxError(
+                remote_error(self.log_dir, error, action="write the CSV log", untouched=False)
+            ) from error
+
+    def _save(self) -> None:
+        """Append buffered rows, rewriting the file when new columns appeared."""
+        remote = is_remote(self._save_dir)
+        if remote:
+            fs, inner = filesystem(self.log_dir)
+            fs.makedirs(inner, exist_ok=True)
+        else:
+            os.makedirs(self.log_dir, exist_ok=True)
         if self.hparams:
-            write_hparams_yaml(os.path.join(self.log_dir, "hparams.yaml"), self.hparams)
+            write_hparams_yaml(join(self.log_dir, "hparams.yaml"), self.hparams)
         if not self._rows:
             return
         new_keys = [key for row in self._rows for key in row if key not in self._columns]
-        rewrite = bool(new_keys) or not self._written_rows
+        rewrite = bool(new_keys) or not self._written_rows or remote
         for key in dict.fromkeys(new_keys):
             self._columns.append(key)
         self._columns.sort(key=lambda k: (k != "epoch", k != "step", k))
         rows = self._written_rows + self._rows if rewrite else self._rows
-        with open(self.metrics_file_path, "w" if rewrite else "a", newline="") as handle:
+        import fsspec
+
+        with fsspec.open(self.metrics_file_path, "w" if rewrite else "a", newline="") as handle:
             dict_writer = csv.DictWriter(handle, fieldnames=self._columns, restval="")
             if rewrite:
                 dict_writer.writeheader()

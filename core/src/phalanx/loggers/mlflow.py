@@ -26,6 +26,7 @@ from phalanx.errors import MisconfigurationError
 from phalanx.loggers._backends import import_backend
 from phalanx.loggers._params import add_prefix, convert_params, flatten_dict, scan_checkpoints
 from phalanx.loggers.logger import Logger, rank_zero_experiment
+from phalanx.utilities.paths import is_remote
 from phalanx.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
 if TYPE_CHECKING:
@@ -93,6 +94,13 @@ class MLFlowLogger(Logger):
             raise MisconfigurationError(msg)
         tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
         if not tracking_uri:
+            if save_dir is not None and is_remote(save_dir):
+                msg = (
+                    f"MLFlowLogger(save_dir={os.fspath(save_dir)!r}): save_dir is the folder of MLflow's local file "
+                    "store, so it cannot be a URL. Fix: pass a local folder, or tracking_uri= for a tracking server "
+                    "(whose artifact store may be a bucket)."
+                )
+                raise MisconfigurationError(msg)
             tracking_uri = f"{LOCAL_FILE_URI_PREFIX}{os.fspath(save_dir or './mlruns')}"
         self._experiment_name = experiment_name
         self._experiment_id: str | None = None

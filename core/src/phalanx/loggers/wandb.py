@@ -22,6 +22,7 @@ from phalanx.errors import MisconfigurationError
 from phalanx.loggers._backends import import_backend
 from phalanx.loggers._params import add_prefix, convert_params, sanitize_callables, scan_checkpoints
 from phalanx.loggers.logger import Logger, rank_zero_experiment
+from phalanx.utilities.paths import is_remote
 from phalanx.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
 if TYPE_CHECKING:
@@ -94,6 +95,13 @@ class WandbLogger(Logger):
         self._logged_model_time: dict[str, float] = {}
         self._checkpoint_callbacks: dict[int, Any] = {}
         folder = save_dir if save_dir is not None else dir
+        if folder is not None and is_remote(folder):
+            msg = (
+                f"WandbLogger(save_dir={os.fspath(folder)!r}): W&B keeps its run files in a local folder and the run "
+                "on its server, so a URL cannot be its save_dir. Fix: pass a local folder (save_dir='wandb_runs'); "
+                "checkpoints can still go to the store with ModelCheckpoint(dirpath=...)."
+            )
+            raise MisconfigurationError(msg)
         self._wandb_init: dict[str, Any] = {
             "name": name,
             "project": project or os.environ.get("WANDB_PROJECT", "phalanx_logs"),

@@ -31,6 +31,7 @@ from phalanx.strategies._hooks import StrategyHooks
 from phalanx.strategies._steps import StrategySteps
 from phalanx.strategies.configuration import StrategyConfiguration
 from phalanx.utilities.apply_func import move_data_to_device
+from phalanx.utilities.compile import reapply_compile
 from phalanx.utilities.model_helpers import is_overridden
 from phalanx.utilities.optim import LRSchedulerConfig, init_optimizers_and_lr_schedulers, optimizers_to_device
 
@@ -321,6 +322,8 @@ class Strategy(StrategySteps, StrategyCollectives, StrategyCheckpointing, Strate
         self.model_to_device()
         fitting = bool(trainer.training)
         self.model = self.wrap_model(self.model, training=fitting)
+        name = self.strategy_name or type(self).__name__
+        reapply_compile(self.require_module(), strategy_name=name, is_global_zero=self.is_global_zero)
         if fitting:
             self.setup_optimizers(trainer)
         self.setup_precision_plugin()

@@ -151,8 +151,20 @@ def _own_listening(pids: Iterable[int], *, known: frozenset[int] = frozenset()) 
     return {inode: port for inode, port in _listening_ports().items() if inode in inodes}
 
 
+def _own_process_group() -> None:
+    """Under pytest-xdist, make this worker the leader of its own process group.
+
+    The workers share the controller's group; a process another worker's test started would then
+    count as a leak of this worker's test (and be killed). One group per worker keeps each
+    worker's check to its own tests.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER") and os.getpgid(0) != os.getpid():
+        os.setpgid(0, 0)
+
+
 def take_snapshot() -> Snapshot:
     """Record the state a test starts from and give it a fresh marker (not yet exported)."""
+    _own_process_group()
     pids = _pids()
     return Snapshot(
         marker=uuid.uuid4().hex,

@@ -16,7 +16,7 @@ from typing import Any
 
 from phalanx.errors import MisconfigurationError
 from phalanx.trainer.config import TrainerConfig
-from phalanx.utilities.paths import local_path
+from phalanx.utilities.paths import check_path
 
 __all__ = [
     "argument_error",
@@ -132,7 +132,7 @@ def check_root_dir(value: Any) -> str:
         return os.getcwd()
     if not isinstance(value, (str, os.PathLike)):
         raise argument_error("default_root_dir", value, "a path (str or os.PathLike) or None", "pass default_root_dir='runs'")
-    return local_path(value, argument="Trainer(default_root_dir=...)")
+    return check_path(value, argument="Trainer(default_root_dir=...)")
 
 
 def check_deterministic(value: Any) -> bool | str:

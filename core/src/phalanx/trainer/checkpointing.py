@@ -13,14 +13,16 @@ import os
 import random
 import sys
 import warnings
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from phalanx.callbacks.model_checkpoint import ModelCheckpoint
+from phalanx.checkpoint_io.atomic import committed_path
+from phalanx.checkpoint_io.storage import is_remote, remote_error
 from phalanx.errors import CheckpointError, MisconfigurationError
-from phalanx.utilities.paths import local_path
+from phalanx.trainer._last_checkpoint import find_last_checkpoint
+from phalanx.utilities.paths import check_path
 from phalanx.version import __version__
 
 if TYPE_CHECKING:
@@ -135,51 +137,6 @@ def checkpoint_dir(trainer: TrainerView) -> str:
     return trainer.default_checkpoint_dir
 
 
-def _default_dirs(trainer: TrainerView) -> list[Path]:
-    dirs: list[Path] = [
-        Path(cb.dirpath) for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath
-    ]
-    roots = {Path(trainer.default_root_dir) / "phalanx_logs"}
-    for logger in trainer.loggers:
-        if logger.save_dir is not None and logger.name is not None:  # MLflow's name is None off rank 0
-            roots.add(Path(logger.save_dir) / str(logger.name))
-    for root in roots:
-        if root.is_dir():
-            dirs.extend(sorted(p / "checkpoints" for p in root.iterdir() if p.is_dir()))
-    dirs.append(Path(trainer.default_root_dir) / "checkpoints")
-    dirs.append(Path(trainer.default_checkpoint_dir))
-    return list(dict.fromkeys(dirs))  # without a logger the last two are the same directory
-
-
-def _is_complete(path: Path) -> bool:
-    """Whether ``path`` can be a finished checkpoint.
-
-    Writers publish a checkpoint under its ``*.ckpt`` name only once it is complete (a file by
-    rename, a sharded directory by :func:`phalanx.checkpoint_io.atomic.publish_directory`); what a
-    killed writer leaves is a dot-named temporary or staging entry, skipped here, as are empty
-    files and directories (nothing phalanx writes looks like that).
-    """
-    if path.name.startswith("."):
-        return False
-    try:
-        if path.is_dir():
-            return any(path.iterdir())
-        return path.stat().st_size > 0
-    except OSError:  # removed while we looked
-        return False
-
-
-def find_last_checkpoint(trainer: TrainerView) -> str | None:
-    """The most recently written complete ``*.ckpt`` in the checkpoint directories this Trainer uses."""
-    candidates = [
-        path for d in _default_dirs(trainer) if d.is_dir() for path in d.glob("*.ckpt") if _is_complete(path)
-    ]
-    if not candidates:
-        return None
-    newest = max(candidates, key=lambda p: (p.stat().st_mtime_ns, p.name.startswith("last")))
-    return str(newest)
-
-
 def resolve_ckpt_path(trainer: TrainerView, ckpt_path: Any, fn: str) -> str | None:
     """Turn ``ckpt_path`` (a path, ``"last"``, ``"best"`` or None) into a path, failing early.
 
@@ -196,7 +153,7 @@ def resolve_ckpt_path(trainer: TrainerView, ckpt_path: Any, fn: str) -> str | No
         )
         raise MisconfigurationError(msg)
     if ckpt_path not in ("last", "best"):
-        ckpt_path = local_path(ckpt_path, argument=f"{fn}(ckpt_path=...)")  # the loop restores from local paths
+        ckpt_path = check_path(ckpt_path, argument=f"{fn}(ckpt_path=...)")
     if ckpt_path == "last":
         path = find_last_checkpoint(trainer)
         if path is None:
@@ -217,7 +174,19 @@ def resolve_ckpt_path(trainer: TrainerView, ckpt_path: Any, fn: str) -> str | No
             raise MisconfigurationError(msg)
         return callback.best_model_path
     path = os.fspath(ckpt_path)
-    if "://" not in path and not os.path.exists(path):
+    if is_remote(path):
+        try:
+            complete = committed_path(path)
+        except Exception as error:  # the store's own errors (endpoint, credentials) vary by backend
+            raise CheckpointError(remote_error(path, error, action="read the checkpoint", untouched=False)) from error
+        if complete is None:
+            msg = (
+                f"{fn}(ckpt_path={path!r}): no complete checkpoint there (missing, or never committed). Check the "
+                "URL, or pass ckpt_path='last' to resume from the newest committed checkpoint."
+            )
+            raise CheckpointError(msg)
+        return complete
+    if not os.path.exists(path):
         msg = (
             f"{fn}(ckpt_path={path!r}): no such file. Check the path, or pass ckpt_path='last' to resume from "
             "the newest checkpoint."
@@ -351,20 +320,7 @@ def restore_training_state(run: Run, checkpoint: dict[str, Any], path: str) -> N
         for name, param in module.named_parameters():
             if name in grads:
                 param.grad = grads[name].to(device=param.device, dtype=param.dtype)
-    saved_world = checkpoint.get("world_size", trainer.world_size)
-    loop_state = checkpoint["loops"]["fit"]
-    # a checkpoint from on_train_epoch_end ("epoch_end") has consumed its whole epoch: nothing to re-shard
-    if (
-        saved_world != trainer.world_size
-        and loop_state.get("batches_done", 0) > 0
-        and loop_state.get("phase") != "epoch_end"
-    ):
-        warnings.warn(
-            f"{path!r} was saved mid-epoch with world_size={saved_world}, now {trainer.world_size}: each rank skips "
-            f"{loop_state['batches_done']} batches of its new shard, so the rest of this epoch sees different data "
-            "than the original run would have.",
-            stacklevel=2,
-        )
+    loop_state = checkpoint["loops"]["fit"]  # another world size regroups the rest of the epoch (fit loop)
     datamodule = run.datamodule
     if datamodule is not None and type(datamodule).__qualname__ in checkpoint:
         datamodule.load_state_dict(checkpoint[type(datamodule).__qualname__])

@@ -29,24 +29,15 @@ _DATA_HOOK = {
 }
 
 
-#: What ``fit(torch.compile(module))`` compiles on the Module itself (Lightning's choice).
-_COMPILED_METHODS = ("forward", "training_step", "validation_step", "test_step", "predict_step")
-
-
 def unwrap_compiled(model: Any) -> Any:
-    """``torch.compile(module)`` given to an entry point: the Module itself, with its ``forward`` and
-    step methods compiled the same way (the strategy wraps and hooks the Module, not the wrapper)."""
-    context = getattr(model, "dynamo_ctx", None)  # only torch._dynamo's OptimizedModule has one
-    if context is None or isinstance(model, Module):
-        return model
-    children = list(model.children())  # an OptimizedModule's one child is the module it compiles
-    original = children[0] if len(children) == 1 else None
-    if not isinstance(original, Module):
-        return model
-    for name in _COMPILED_METHODS:
-        if name not in vars(original):  # not compiled by an earlier call
-            setattr(original, name, context(getattr(original, name)))
-    return original
+    """``torch.compile(module)`` given to an entry point: the Module itself, its compile remembered.
+
+    The strategy wraps (or shards) the plain Module and then compiles it again with the same
+    options (:func:`phalanx.utilities.compile.reapply_compile`), as Lightning does.
+    """
+    from phalanx.utilities.compile import from_compiled
+
+    return from_compiled(model)
 
 
 def _check_module(model: Any, fn: str) -> None:
@@ -112,7 +103,9 @@ def _provides(name: str, model: Any, datamodule: Any) -> bool:
 def check_fit(trainer: TrainerView, model: Any, train: Any, val: Any, datamodule: Any, ckpt_path: Any) -> str | None:
     """Validate ``fit``'s arguments; returns the resolved checkpoint path."""
     _check_module(model, "fit")
-    missing = [name for name in ("training_step", "configure_optimizers") if not is_overridden(name, type(model), Module)]
+    missing = [
+        name for name in ("training_step", "configure_optimizers") if not is_overridden(name, type(model), Module)
+    ]
     if missing:
         msg = (
             f"{type(model).__qualname__} does not define {' and '.join(missing)}, which fit() needs. Define "

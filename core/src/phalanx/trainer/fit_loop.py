@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.errors import MisconfigurationError
 from phalanx.strategies import Strategy
+from phalanx.trainer._resume import Regrouped, needs_regroup, record_position, regroup_resumed_epoch
 from phalanx.trainer.checkpointing import capture_rng, restore_rng
 from phalanx.trainer.data import (
     generators_of,
@@ -76,6 +77,8 @@ class FitLoop:
         self._epoch_start_rng: dict[str, Any] | None = None
         self._rng_before_val: dict[str, Any] | None = None
         self._resume: dict[str, Any] | None = None
+        #: The rest of a resumed epoch split over a new replica count (None: batches as sampled).
+        self._regrouped: Regrouped | None = None
         self._last_logged_step = -1
         self._direct: Any = None  # the step run_direct calls this epoch, when it replaces the layered step
         self._direct_candidate: Any = None  # the same, decided once per fit, used in epochs without accumulation
@@ -94,7 +97,7 @@ class FitLoop:
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """The loop position (recorded in checkpoints under ``loops.fit``)."""
-        return {
+        state = {
             "epoch": self.epoch,
             "global_step": self.global_step,
             "batches_done": self.batches_done,
@@ -103,6 +106,12 @@ class FitLoop:
             "sampler_epoch": self.epoch,
             "num_batches": None if math.isinf(self.num_batches) else int(self.num_batches),
         }
+        # the global sample position and replica count, which a resume on another world size needs;
+        # absent when the data is not sharded by a DistributedSampler (nothing to translate)
+        position = record_position(self.dataloader, self.batches_done, self._regrouped)
+        if position is not None:
+            state["data_position"] = position
+        return state
 
     @property
     def mid_accumulation(self) -> bool:
@@ -125,9 +134,12 @@ class FitLoop:
         self.batches_done = int(state["batches_done"])
         self.total_batches_done = int(state.get("total_batches_done", 0))
         self.phase = state.get("phase", "train")
-        self._resume = {"batches_done": self.batches_done, "phase": self.phase, "rng": rng or {}}
+        position = state.get("data_position")
+        self._resume = {"batches_done": self.batches_done, "phase": self.phase, "rng": rng or {}, "position": position}
         saved_batches = state.get("num_batches")
-        if saved_batches is not None and not math.isinf(self.num_batches) and saved_batches != self.num_batches:
+        if needs_regroup(position, self.dataloader):
+            pass  # another replica count: the epoch's batch count differs by design, the rest is regrouped
+        elif saved_batches is not None and not math.isinf(self.num_batches) and saved_batches != self.num_batches:
             warnings.warn(
                 f"The checkpoint's epoch had {saved_batches} training batches, this run has {int(self.num_batches)}; "
                 "the data changed, so the resumed run cannot match the original exactly.",
@@ -144,7 +156,10 @@ class FitLoop:
         config = run.config
         self.accumulate_grad_batches = config.accumulate_grad_batches
         self.dataloader = prepare_loader(  # overfitting repeats the same first batches: in order
-            loader, run.strategy, use_distributed_sampler=config.use_distributed_sampler, sequential=bool(config.overfit_batches)
+            loader,
+            run.strategy,
+            use_distributed_sampler=config.use_distributed_sampler,
+            sequential=bool(config.overfit_batches),
         )
         self._generators = generators_of(self.dataloader)
         total = num_batches(self.dataloader)
@@ -221,7 +236,9 @@ class FitLoop:
         run.training_step_runs_backward = bool(run.strategy.training_step_runs_backward)
         run.step_takes_batch_idx = takes_batch_idx(run.module.training_step)
         self._direct_candidate = direct_step(run)
-        self._strategy_batch_hook = is_overridden("on_train_batch_start", run.strategy, Strategy)  # a no-op is not called
+        self._strategy_batch_hook = is_overridden(
+            "on_train_batch_start", run.strategy, Strategy
+        )  # a no-op is not called
         profiler = run.profiler
         while not self.done(run):
             if profiler is None:
@@ -263,10 +280,15 @@ class FitLoop:
         if loader is not None:
             config = run.config
             self.dataloader = prepare_loader(
-                loader, run.strategy, use_distributed_sampler=config.use_distributed_sampler, sequential=bool(config.overfit_batches)
+                loader,
+                run.strategy,
+                use_distributed_sampler=config.use_distributed_sampler,
+                sequential=bool(config.overfit_batches),
             )
             self._generators = generators_of(self.dataloader)
-            self.num_batches = limit_batches(config.limit_train_batches, num_batches(self.dataloader), name="limit_train_batches")
+            self.num_batches = limit_batches(
+                config.limit_train_batches, num_batches(self.dataloader), name="limit_train_batches"
+            )
 
     def run_epoch(self, run: Run) -> None:
         """One epoch, or the rest of a resumed one."""
@@ -288,6 +310,7 @@ class FitLoop:
                 set_sampler_epoch(loader, self.epoch)
             self.batches_done = 0
             self.phase = "train"
+            self._regrouped = None
             run.metrics.reset("train")
             run.hooks.call("on_train_epoch_start")
             self._epoch_start_rng = capture_rng(self._generators)
@@ -295,9 +318,14 @@ class FitLoop:
         else:
             self._epoch_start_rng = resume["rng"].get("epoch_start")
             iterator = iter(())
+            self._regrouped = regroup_resumed_epoch(self.dataloader, resume, self.epoch, self.accumulate_grad_batches)
+            if self._regrouped is not None:  # another replica count: the rest of the epoch, split anew
+                start = self.batches_done = int(min(self._regrouped.start, self.num_batches))
             if start < self.num_batches:
                 restore_rng(self._epoch_start_rng, self._generators)
-                iterator = iterate_skipping(loader, start)
+                iterator = (
+                    iter(self._regrouped.loader) if self._regrouped is not None else iterate_skipping(loader, start)
+                )
             restore_rng(resume["rng"].get("current"), self._generators)
             if resume["phase"] == "train" and start > 0:
                 self._check_validation(run, start - 1, is_last=start == self.num_batches)
@@ -369,7 +397,9 @@ class FitLoop:
                     self._step_schedulers(run, "step")
         else:
             hooks.current = "training_step"
-            outputs = strategy.training_step(batch, batch_idx) if run.step_takes_batch_idx else strategy.training_step(batch)
+            outputs = (
+                strategy.training_step(batch, batch_idx) if run.step_takes_batch_idx else strategy.training_step(batch)
+            )
         self.batches_done = batch_idx + 1
         self.total_batches_done += 1
         self.phase = "train"
@@ -427,6 +457,7 @@ class FitLoop:
         self._step_schedulers(run, "epoch")
         self.epoch += 1
         self.batches_done = 0
+        self._regrouped = None
         self.phase = "train"
 
     def _step_schedulers(self, run: Run, interval: str) -> None:

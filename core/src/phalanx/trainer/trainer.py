@@ -31,7 +31,7 @@ from phalanx.trainer.run import Run
 from phalanx.trainer.stage import run_stage
 from phalanx.trainer.strategy_resolution import resolve_strategy
 from phalanx.trainer_view import RunningStage, TrainerFn, TrainerState
-from phalanx.utilities.paths import local_path
+from phalanx.utilities.paths import check_path
 from phalanx.utilities.rank_zero import rank_zero_info
 
 __all__ = ["Trainer"]
@@ -392,7 +392,7 @@ class Trainer(TrainerProperties):
         if not isinstance(filepath, (str, os.PathLike)):
             msg = f"Trainer.save_checkpoint(filepath={filepath!r}) needs a path (str or os.PathLike)."
             raise MisconfigurationError(msg)
-        path = local_path(filepath, argument="Trainer.save_checkpoint(filepath=...)")
+        path = check_path(filepath, argument="Trainer.save_checkpoint(filepath=...)")
         checkpoint = checkpointing.dump_checkpoint(self._current_run("save_checkpoint"), weights_only=weights_only)
         self._strategy.save_checkpoint(checkpoint, path, storage_options=storage_options)
         self._strategy.barrier("Trainer.save_checkpoint")

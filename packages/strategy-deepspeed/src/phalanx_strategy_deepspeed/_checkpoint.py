@@ -7,20 +7,27 @@ Trainer's checkpoint dict without weights and optimizer state, loadable with
 checkpoint before the engine exists: :meth:`load_checkpoint` checks the directory against this
 model and world and returns the Trainer's state; :meth:`load_model_state_dict`, after setup, lets
 the engine load the shards (or loads consolidated full weights when the world changed).
+
+A URL (``s3://...``) target is staged locally and then uploaded: DeepSpeed writes only to local
+files, so every rank saves into a local temporary directory, uploads its files into the target's
+staging prefix, and rank 0 publishes it with the commit marker of ``phalanx.checkpoint_io.atomic``.
+Loading from a URL downloads the committed directory into a temporary directory first.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import warnings
 from typing import Any
 
 import torch
 from torch import nn
 
-from phalanx.checkpoint_io.atomic import prepare_staging, publish_directory, staging_directory
+from phalanx.checkpoint_io.atomic import prepare_staging, publish_directory, remove_published, staging_directory
 from phalanx.checkpoint_io.checkpoint_io import PathLike
+from phalanx.checkpoint_io.storage import is_remote, remote_error
 from phalanx.errors import CheckpointError, MisconfigurationError
 from phalanx_strategy_deepspeed._layout import (
     TAG,
@@ -30,6 +37,7 @@ from phalanx_strategy_deepspeed._layout import (
     read_manifest,
     write_manifest,
 )
+from phalanx_strategy_deepspeed._remote import download, upload
 
 __all__ = ["TRAINER_STATE", "DeepSpeedCheckpointing", "parameter_shapes"]
 
@@ -58,6 +66,7 @@ class DeepSpeedCheckpointing:
     load_full_weights: bool
     exclude_frozen_parameters: bool
     _pending_load: tuple[str, str] | None = None
+    _downloaded: str | None = None
 
     # ------------------------------------------------------------------ state
     def module_state_dict(self) -> dict[str, Any]:
@@ -78,7 +87,9 @@ class DeepSpeedCheckpointing:
         """Nothing to do: the engine restored its shards in :meth:`load_model_state_dict`."""
 
     # ------------------------------------------------------------------ saving
-    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: PathLike, storage_options: Any | None = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], filepath: PathLike, storage_options: Any | None = None
+    ) -> None:
         """Write the engine's shards (every rank), then the Trainer's state and the manifest (rank 0).
 
         Raises:
@@ -93,6 +104,9 @@ class DeepSpeedCheckpointing:
         if storage_options is not None:
             msg = f"DeepSpeedStrategy.save_checkpoint got storage_options={storage_options!r}; it supports none. Pass None."
             raise MisconfigurationError(msg)
+        if is_remote(path):
+            self._save_remote(checkpoint, path)
+            return
         if os.path.isfile(path):
             msg = (
                 f"Cannot save a DeepSpeed checkpoint to {path!r}: a file exists there, and DeepSpeed writes a "
@@ -105,22 +119,70 @@ class DeepSpeedCheckpointing:
         if self.is_global_zero:  # type: ignore[attr-defined]
             prepare_staging(path)
         self.barrier("DeepSpeedStrategy.save_checkpoint: staging")  # type: ignore[attr-defined]
-        engine.save_checkpoint(staging, client_state={}, tag=TAG, exclude_frozen_parameters=self.exclude_frozen_parameters)
+        engine.save_checkpoint(
+            staging, client_state={}, tag=TAG, exclude_frozen_parameters=self.exclude_frozen_parameters
+        )
         self.barrier("DeepSpeedStrategy.save_checkpoint: shards")  # type: ignore[attr-defined]
         if self.is_global_zero:  # type: ignore[attr-defined]
-            state = {key: value for key, value in checkpoint.items() if key not in _WEIGHT_KEYS}
-            self.checkpoint_io.save_checkpoint(state, os.path.join(staging, TRAINER_STATE))
-            from phalanx import __version__
-
-            manifest = CheckpointManifest(
-                world_size=self.world_size,  # type: ignore[attr-defined]
-                zero_stage=self.zero_stage,  # type: ignore[attr-defined]
-                parameters=parameter_shapes(self.require_module()),  # type: ignore[attr-defined]
-                phalanx_version=__version__,
-            )
-            write_manifest(staging, manifest)
+            self._write_trainer_files(checkpoint, staging)
             publish_directory(staging, path)
         self.barrier("DeepSpeedStrategy.save_checkpoint")  # type: ignore[attr-defined]
+
+    def _write_trainer_files(self, checkpoint: dict[str, Any], directory: str) -> None:
+        """Rank 0: the Trainer's state and the manifest, beside the engine's shards in ``directory``."""
+        state = {key: value for key, value in checkpoint.items() if key not in _WEIGHT_KEYS}
+        self.checkpoint_io.save_checkpoint(state, os.path.join(directory, TRAINER_STATE))
+        from phalanx import __version__
+
+        manifest = CheckpointManifest(
+            world_size=self.world_size,  # type: ignore[attr-defined]
+            zero_stage=self.zero_stage,  # type: ignore[attr-defined]
+            parameters=parameter_shapes(self.require_module()),  # type: ignore[attr-defined]
+            phalanx_version=__version__,
+        )
+        write_manifest(directory, manifest)
+
+    def _save_remote(self, checkpoint: dict[str, Any], url: str) -> None:
+        """Stage locally, upload every rank's files into the staging prefix, publish (rank 0).
+
+        Every rank saves into its own local temporary directory (ranks on other machines share no
+        disk) and uploads what it wrote; rank 0 commits once every upload finished. Any failure
+        leaves the previously published checkpoint as it was.
+        """
+        engine = self.deepspeed_engine  # type: ignore[attr-defined]
+        staging = os.fspath(staging_directory(url))
+        error: BaseException | None = None
+        if self.is_global_zero:  # type: ignore[attr-defined]
+            try:
+                prepare_staging(url)
+            except Exception as caught:  # the store's own errors (endpoint, credentials) vary by backend
+                error = caught
+        failed = self.broadcast(error is not None)  # type: ignore[attr-defined]
+        if failed:
+            raise CheckpointError(
+                remote_error(url, error or RuntimeError("rank 0 failed"), action="write the checkpoint")
+            )
+        with tempfile.TemporaryDirectory(prefix="phalanx-deepspeed-") as local:
+            engine.save_checkpoint(
+                local, client_state={}, tag=TAG, exclude_frozen_parameters=self.exclude_frozen_parameters
+            )
+            if self.is_global_zero:  # type: ignore[attr-defined]
+                self._write_trainer_files(checkpoint, local)
+            try:
+                upload(local, staging)
+            except Exception as caught:
+                error = caught
+        failed = self.reduce_boolean_decision(error is not None, all=False)  # type: ignore[attr-defined]
+        if not failed and self.is_global_zero:  # type: ignore[attr-defined]
+            try:
+                publish_directory(staging, url)
+            except Exception as caught:
+                error = caught
+        failed = self.broadcast(failed or error is not None)  # type: ignore[attr-defined]
+        if failed:
+            raise CheckpointError(
+                remote_error(url, error or RuntimeError("another rank failed"), action="write the checkpoint")
+            )
 
     def _save_after_run(self, checkpoint: dict[str, Any], path: str, storage_options: Any | None) -> None:
         """After fit/validate/test/predict: rank 0 writes one portable file with the full weights.
@@ -138,7 +200,9 @@ class DeepSpeedCheckpointing:
         from phalanx_strategy_deepspeed._engine import stale_partitions
 
         if module is None or stale_partitions(module):
-            what = "no Module is connected yet" if module is None else "the Module's ZeRO-3 weights are still partitioned"
+            what = (
+                "no Module is connected yet" if module is None else "the Module's ZeRO-3 weights are still partitioned"
+            )
             msg = (
                 f"Cannot save {path!r} outside a run: {what}. Fix: run fit/validate/test/predict first and keep "
                 "DeepSpeedStrategy(gather_on_teardown=True) (the default), or save during the run "
@@ -159,7 +223,9 @@ class DeepSpeedCheckpointing:
         if not self.is_global_zero:  # type: ignore[attr-defined]
             return
         path = os.fspath(filepath)
-        if os.path.isdir(path):
+        if is_remote(path):
+            remove_published(path)
+        elif os.path.isdir(path):
             shutil.rmtree(path, ignore_errors=True)
         else:
             self.checkpoint_io.remove_checkpoint(path)
@@ -177,6 +243,10 @@ class DeepSpeedCheckpointing:
                 world size or ZeRO stage; the message names the convert command.
         """
         path = os.fspath(checkpoint_path)
+        if is_remote(path):
+            path = download(path)
+            if os.path.isdir(path):
+                self._downloaded = path
         if os.path.isfile(path):
             checkpoint: dict[str, Any] = self.checkpoint_io.load_checkpoint(path, weights_only=weights_only)
             self._pending_load = (path, "file")
@@ -212,7 +282,7 @@ class DeepSpeedCheckpointing:
         return state
 
     def _check_world(self, path: str, manifest: CheckpointManifest) -> str:
-        """"engine" when the shards fit this run; "consolidate" (evaluation only) when they do not."""
+        """ "engine" when the shards fit this run; "consolidate" (evaluation only) when they do not."""
         world, stage = self.world_size, self.zero_stage  # type: ignore[attr-defined]
         if manifest.world_size == world and manifest.zero_stage == stage:
             return "engine"
@@ -243,6 +313,14 @@ class DeepSpeedCheckpointing:
             CheckpointError: DeepSpeed could not load the directory, or the weights do not fit.
         """
         pending, self._pending_load = self._pending_load, None
+        try:
+            self._load_pending(checkpoint, pending, strict=strict)
+        finally:
+            downloaded, self._downloaded = self._downloaded, None
+            if downloaded is not None:
+                shutil.rmtree(os.path.dirname(downloaded), ignore_errors=True)
+
+    def _load_pending(self, checkpoint: Any, pending: tuple[str, str] | None, *, strict: bool) -> None:
         if pending is None or pending[1] == "file":
             if "state_dict" not in checkpoint or not checkpoint["state_dict"]:
                 msg = "The checkpoint has no weights ('state_dict'); pass a checkpoint saved by a phalanx Trainer."
@@ -302,6 +380,8 @@ class DeepSpeedCheckpointing:
                 module.load_state_dict(state_dict, strict=strict)
         engine = self.deepspeed_engine  # type: ignore[attr-defined]
         optimizer = getattr(engine, "optimizer", None)
-        refresh = getattr(optimizer, "refresh_fp32_params", None) or getattr(optimizer, "_restore_from_bit16_weights", None)
+        refresh = getattr(optimizer, "refresh_fp32_params", None) or getattr(
+            optimizer, "_restore_from_bit16_weights", None
+        )
         if callable(refresh):
             refresh()

@@ -23,6 +23,7 @@ from phalanx.errors import MisconfigurationError
 from phalanx.precision.precision import Precision
 from phalanx.strategies.configuration import StrategyConfiguration
 from phalanx.strategies.parallel import ParallelStrategy, split_parallel_arguments
+from phalanx.utilities.activation_checkpointing import apply_activation_checkpointing, resolve_activation_checkpointing
 from phalanx_strategy_deepspeed import _config, _engine
 from phalanx_strategy_deepspeed._checkpoint import DeepSpeedCheckpointing
 from phalanx_strategy_deepspeed._precision import DeepSpeedPrecision
@@ -63,6 +64,12 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
         build_cpu_comm_op: On CPU, let DeepSpeed JIT-compile its shared-memory all-reduce op when
             the process group is set up. It serves only DeepSpeed's inference kernels, not ZeRO
             training, and takes minutes to build, so it is skipped by default.
+        activation_checkpointing_policy: Blocks whose activations are recomputed in backward, as
+            under ``fsdp`` and ``model_parallel``: a block class or a set of them (full recomputation),
+            or ``ActivationCheckpointing({Block}, mode="selective")`` (keep matmul outputs, recompute
+            the rest). Applied with torch's checkpoint before the engine is built, so it works with
+            every ZeRO stage and keeps parameter names (and checkpoints) unchanged. DeepSpeed's own
+            ``partition_activations`` knobs are separate and only act on ``deepspeed.checkpointing``.
         gather_on_teardown: Stage 3: when a run ends, gather the full weights back into the Module
             (every rank holds them), as after any other strategy, so it can be evaluated, saved or
             trained again. Set False for models too large for one rank's memory; the Module is then
@@ -102,6 +109,7 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
         exclude_frozen_parameters: bool = False,
         build_cpu_comm_op: bool = False,
         gather_on_teardown: bool = True,
+        activation_checkpointing_policy: Any = None,
         **kwargs: Any,
     ) -> None:
         parallel, tuning = split_parallel_arguments(kwargs)
@@ -132,6 +140,9 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
         self._logging_level = logging_level
         self.build_cpu_comm_op = build_cpu_comm_op
         self.gather_on_teardown = gather_on_teardown
+        self.activation_checkpointing_policy = resolve_activation_checkpointing(
+            activation_checkpointing_policy, owner="DeepSpeedStrategy"
+        )
         self._failed = False
         self._run_config: dict[str, Any] | None = None
 
@@ -200,7 +211,11 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
         deepspeed = import_deepspeed("cuda" if device.type == "cuda" else device.type)
         logging.getLogger("DeepSpeed").setLevel(self._logging_level)
         super().setup_distributed()
-        kwargs: dict[str, Any] = {"dist_backend": self.process_group_backend, "auto_mpi_discovery": False, "verbose": False}
+        kwargs: dict[str, Any] = {
+            "dist_backend": self.process_group_backend,
+            "auto_mpi_discovery": False,
+            "verbose": False,
+        }
         if self.timeout is not None:
             kwargs["timeout"] = self.timeout
         with skip_shm_comm_build(device.type == "cpu" and not self.build_cpu_comm_op):
@@ -222,6 +237,7 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
             raise MisconfigurationError(msg)
         fitting = bool(getattr(trainer, "training", True))
         self.model = self.precision_plugin.convert_module(module)
+        apply_activation_checkpointing(module, self.activation_checkpointing_policy, owner="DeepSpeedStrategy")
         if not self.zero_stage_3:
             self.model_to_device()
         config = self._config_for_run(trainer)
@@ -245,7 +261,11 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
             self.lr_scheduler_configs = _engine.adopt_scheduler(engine, ds_scheduler, schedulers)
         else:
             engine, _, _, _ = deepspeed.initialize(
-                args=args, model=module, config=_engine.inference_config(config, stage3=self.zero_stage_3), model_parameters=[], dist_init_required=False
+                args=args,
+                model=module,
+                config=_engine.inference_config(config, stage3=self.zero_stage_3),
+                model_parameters=[],
+                dist_init_required=False,
             )
             self.optimizers = []
             self.lr_scheduler_configs = []
@@ -322,4 +342,8 @@ class DeepSpeedStrategy(DeepSpeedCheckpointing, ParallelStrategy):
 
     def _offload_summary(self) -> dict[str, str]:
         zero = self.config.get("zero_optimization", {})
-        return {key: zero[key].get("device", "cpu") for key in ("offload_optimizer", "offload_param") if isinstance(zero.get(key), dict)}
+        return {
+            key: zero[key].get("device", "cpu")
+            for key in ("offload_optimizer", "offload_param")
+            if isinstance(zero.get(key), dict)
+        }

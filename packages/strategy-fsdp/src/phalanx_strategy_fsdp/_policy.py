@@ -17,7 +17,14 @@ from torch import nn
 
 from phalanx.errors import MisconfigurationError
 
-__all__ = ["ModuleClassPolicy", "ModulePredicate", "class_names", "matching_modules", "resolve_policy"]
+__all__ = [
+    "ModuleClassPolicy",
+    "ModulePredicate",
+    "class_names",
+    "compile_blocks",
+    "matching_modules",
+    "resolve_policy",
+]
 
 #: A predicate deciding, per submodule, whether the policy applies to it.
 ModulePredicate = Callable[[nn.Module], bool]
@@ -125,3 +132,29 @@ def class_names(policy: ModuleClassPolicy | ModulePredicate | None) -> Iterable[
     if isinstance(policy, ModuleClassPolicy):
         return sorted(cls.__name__ for cls in policy.classes)
     return [getattr(policy, "__name__", repr(policy))]
+
+
+def compile_blocks(
+    model: nn.Module,
+    policy: ModuleClassPolicy | ModulePredicate | None,
+    compile_kwargs: dict[str, Any],
+    *,
+    strategy: Any,
+) -> int:
+    """Regional compile: compile the ``forward`` of every block ``policy`` names, after sharding.
+
+    Raises:
+        MisconfigurationError: A class of the policy does not occur in the model.
+    """
+    if policy is None:
+        return 0
+    if isinstance(policy, ModuleClassPolicy):
+        policy.check_occurs_in(model, option="compile_policy")
+    from phalanx.utilities.compile import compile_modules
+
+    return compile_modules(
+        matching_modules(model, policy),
+        strategy_name=strategy.strategy_name or type(strategy).__name__,
+        is_global_zero=strategy.is_global_zero,
+        **compile_kwargs,
+    )

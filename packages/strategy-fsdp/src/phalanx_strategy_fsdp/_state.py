@@ -1,10 +1,10 @@
-"""State-dict plumbing shared by saving, loading and conversion.
+"""Optimizer-state plumbing of full checkpoints: names versus positions.
 
-Two translations live here. Optimizer state: torch's own ``optimizer.state_dict()`` keys each
-parameter by its position, which is meaningless once parameters are sharded differently, so FSDP
-checkpoints key it by parameter name (FQN); full files are translated back to positions so that a
-``single_device`` or ``ddp`` run can load them unchanged. Model compatibility: a checkpoint of
-another model must fail with the differing names and shapes, not deep inside a collective.
+torch's own ``optimizer.state_dict()`` keys each parameter by its position, which is meaningless
+once parameters are sharded differently, so FSDP checkpoints key it by parameter name (FQN); full
+files are translated back to positions so that a ``single_device`` or ``ddp`` run can load them
+unchanged. (Whether a checkpoint fits the model is checked by the core's
+:func:`phalanx.checkpoint_io.dcp.check_model_matches`.)
 """
 
 from __future__ import annotations
@@ -12,16 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.optim import Optimizer
 
 from phalanx.errors import CheckpointError
 
-__all__ = ["check_model_matches", "full_to_plain", "model_class_name", "optimizer_fqns", "to_fqn_keys", "to_index_keys"]
-
-_SHOWN = 5
+__all__ = ["full_to_plain", "optimizer_fqns", "to_fqn_keys", "to_index_keys"]
 
 
 def full_to_plain(obj: Any) -> Any:
@@ -86,54 +83,3 @@ def to_fqn_keys(state: Mapping[str, Any], fqns: list[str]) -> dict[str, Any]:
         "state": {name_of[key]: value for key, value in state.get("state", {}).items()},
         "param_groups": [{**group, "params": [name_of[p] for p in group["params"]]} for group in groups],
     }
-
-
-def model_class_name(model: nn.Module) -> str:
-    """The user's class name: FSDP2 swaps the class of a sharded module for ``FSDP<Name>``."""
-    from phalanx_strategy_fsdp._fsdp2 import FSDPModule
-
-    for cls in type(model).__mro__:
-        if not issubclass(cls, FSDPModule):
-            return cls.__name__
-    return type(model).__name__
-
-
-def _shape_of(value: Any) -> tuple[int, ...] | None:
-    return tuple(value.shape) if isinstance(value, torch.Tensor) else None
-
-
-def check_model_matches(
-    model: nn.Module, saved: Mapping[str, tuple[int, ...] | None], *, source: str, strict: bool
-) -> None:
-    """Compare a checkpoint's tensor names and global shapes with the model's, before loading.
-
-    Args:
-        model: The (possibly sharded) model; DTensor shapes are global shapes.
-        saved: Name -> shape (``None`` for non-tensor entries) of the checkpoint's model state.
-        source: The checkpoint path, for the message.
-        strict: Whether missing or unexpected names are errors (shape mismatches always are).
-
-    Raises:
-        CheckpointError: Listing the first differing names and shapes and the fix.
-    """
-    expected = {name: _shape_of(value) for name, value in model.state_dict().items()}
-    missing = sorted(set(expected) - set(saved)) if strict else []
-    unexpected = sorted(set(saved) - set(expected)) if strict else []
-    wrong = sorted(
-        f"{name}: checkpoint {saved[name]} vs model {expected[name]}"
-        for name in set(expected) & set(saved)
-        if saved[name] is not None and expected[name] is not None and tuple(saved[name]) != expected[name]  # type: ignore[arg-type]
-    )
-    if not (missing or unexpected or wrong):
-        return
-    parts = []
-    for label, items in (("missing in checkpoint", missing), ("not in model", unexpected), ("shape differs", wrong)):
-        if items:
-            more = f" (+{len(items) - _SHOWN} more)" if len(items) > _SHOWN else ""
-            parts.append(f"{label}: {items[:_SHOWN]}{more}")
-    msg = (
-        f"The checkpoint {source!r} does not fit the model {model_class_name(model)}: {'; '.join(parts)}. It was "
-        "written for another model. Fix: pass the checkpoint of this model, or build the model the checkpoint "
-        "was trained with."
-    )
-    raise CheckpointError(msg)

@@ -15,8 +15,9 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 from torch.optim import Optimizer
 
+from phalanx.checkpoint_io import dcp
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO, PathLike
-from phalanx.errors import CheckpointError, MisconfigurationError
+from phalanx.errors import MisconfigurationError
 from phalanx_strategy_fsdp import _checkpoint as ckpt
 from phalanx_strategy_fsdp._fsdp2 import FSDPModule
 from phalanx_strategy_fsdp._state import full_to_plain, optimizer_fqns, to_index_keys
@@ -24,15 +25,6 @@ from phalanx_strategy_fsdp._state import full_to_plain, optimizer_fqns, to_index
 __all__ = ["FSDPCheckpointing"]
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
-
-
-def _require_key(checkpoint: Mapping[str, Any], key: str, what: str) -> None:
-    if key not in checkpoint:
-        msg = (
-            f"The checkpoint has no {key!r} entry (keys: {sorted(checkpoint)}), so it holds no {what}. Fix: pass a "
-            "checkpoint written by Trainer.save_checkpoint (a full one to resume training)."
-        )
-        raise CheckpointError(msg)
 
 
 class FSDPCheckpointing:
@@ -51,6 +43,11 @@ class FSDPCheckpointing:
         def require_module(self) -> nn.Module: ...
 
         def barrier(self, name: str | None = None) -> None: ...
+
+    def teardown(self) -> None:
+        """Finish a background save first: it synchronises over process groups teardown destroys."""
+        dcp.finish_saves(self.checkpoint_io, synchronize=False)
+        super().teardown()  # type: ignore[misc]  # Strategy's, later in the MRO
 
     def module_state_dict(self) -> dict[str, Any]:
         """Sharded: this rank's DTensor shards (no communication). Full: gathered to rank 0 (collective)."""
@@ -83,15 +80,17 @@ class FSDPCheckpointing:
         module = self.require_module()
         common = {"model": module, "optimizers": self.optimizers, "checkpoint_io": self.checkpoint_io}
         if self.state_dict_type == "sharded":
-            ckpt.save_sharded(
+            dcp.save(
                 checkpoint,
                 filepath,
                 **common,
                 is_global_zero=self.is_global_zero,
                 barrier=self.barrier,
                 world_size=self.world_size,
+                strategy="fsdp",
             )
         else:
+            dcp.finish_saves(self.checkpoint_io)
             ckpt.save_full(checkpoint, filepath, **common, is_global_zero=self.is_global_zero, barrier=self.barrier)
 
     def remove_checkpoint(self, filepath: PathLike) -> None:
@@ -108,30 +107,33 @@ class FSDPCheckpointing:
             CheckpointError: Missing, incomplete, or of another model.
         """
         path = os.fspath(checkpoint_path)
-        if not ckpt.is_sharded_checkpoint(path):
+        if not dcp.has_dcp_metadata(path):
             return self.checkpoint_io.load_checkpoint(path, weights_only=weights_only)
         module = self.require_module()
-        return ckpt.read_sharded(
-            path, model=module, optimizers=self.optimizers, checkpoint_io=self.checkpoint_io,
+        return dcp.read(
+            path,
+            model=module,
+            optimizers=self.optimizers,
+            checkpoint_io=self.checkpoint_io,
             strict=getattr(module, "strict_loading", True),
         )
 
     def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
         """Load sharded weights as they are, or shard a full state dict into the model."""
         module = self.require_module()
-        _require_key(checkpoint, ckpt.MODEL_KEY, "weights")
+        dcp.require_entry(checkpoint, ckpt.MODEL_KEY, "weights")
         state_dict = checkpoint[ckpt.MODEL_KEY]
         if ckpt.holds_shards(state_dict):
-            ckpt.load_sharded_model(module, state_dict, strict=strict)
+            dcp.apply_model_state(module, state_dict, strict=strict)
         else:
             ckpt.load_full_model(module, state_dict, source="checkpoint", strict=strict)
 
     def load_optimizer_state_dict(self, checkpoint: Mapping[str, Any]) -> None:
         """Load sharded optimizer states as they are, or full (position- or name-keyed) ones."""
-        _require_key(checkpoint, ckpt.OPTIMIZER_KEY, "optimizer state")
+        dcp.require_entry(checkpoint, ckpt.OPTIMIZER_KEY, "optimizer state")
         states = checkpoint[ckpt.OPTIMIZER_KEY]
         module = self.require_module()
-        if ckpt.holds_shards(states) or ckpt.read_from_shards(checkpoint):
-            ckpt.load_sharded_optimizers(module, self.optimizers, states)
+        if ckpt.holds_shards(states) or dcp.read_from_shards(checkpoint):
+            dcp.apply_optimizer_states(module, self.optimizers, states)
         else:
             ckpt.load_full_optimizers(module, self.optimizers, states, source="checkpoint")

@@ -22,9 +22,14 @@ from phalanx.accelerators.accelerator import Accelerator
 from phalanx.errors import MisconfigurationError
 from phalanx.precision.precision import Precision
 from phalanx.strategies.parallel import ParallelStrategy, split_parallel_arguments
+from phalanx.utilities.activation_checkpointing import (
+    ActivationCheckpointing,
+    apply_activation_checkpointing,
+    resolve_activation_checkpointing,
+)
 from phalanx_strategy_fsdp._fsdp2 import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy
 from phalanx_strategy_fsdp._options import mesh_shape, validate_device_mesh, validate_options
-from phalanx_strategy_fsdp._policy import class_names, resolve_policy
+from phalanx_strategy_fsdp._policy import class_names, compile_blocks, resolve_policy
 from phalanx_strategy_fsdp._precision import check_offload_precision, mixed_precision_policy
 from phalanx_strategy_fsdp._shard import shard_module
 from phalanx_strategy_fsdp._strategy_checkpointing import FSDPCheckpointing
@@ -40,8 +45,15 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
         auto_wrap_policy: Submodules that become their own sharding unit: a set of module classes
             (e.g. ``{TransformerBlock}``) or a predicate ``module -> bool``. ``None`` shards only the
             root, so the whole model is all-gathered at once; name your blocks to bound peak memory.
-        activation_checkpointing_policy: Submodules whose activations are recomputed in backward
-            (same forms as ``auto_wrap_policy``).
+        activation_checkpointing_policy: Submodules whose activations are recomputed in backward:
+            the same forms as ``auto_wrap_policy`` (full recomputation per block, as in Lightning),
+            or ``ActivationCheckpointing({Block}, mode="selective")`` to keep the matmul outputs and
+            recompute the rest (:mod:`phalanx.utilities.activation_checkpointing`).
+        compile_policy: Regional compile: blocks (same forms as ``auto_wrap_policy``) whose
+            ``forward`` is compiled on its own after sharding, one graph serving every block of a
+            class; FSDP2's per-block hooks stay eager. ``None`` compiles nothing per block
+            (``trainer.fit(torch.compile(model))`` compiles the whole forward instead).
+        compile_kwargs: Options for the per-block ``torch.compile`` (``backend``, ``mode``, ...).
         reshard_after_forward: ``True`` frees gathered parameters after forward (least memory);
             ``False`` keeps them until backward (one all-gather fewer per step); an int reshards
             to that many ranks.
@@ -73,6 +85,8 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
         *,
         auto_wrap_policy: Any = None,
         activation_checkpointing_policy: Any = None,
+        compile_policy: Any = None,
+        compile_kwargs: dict[str, Any] | None = None,
         reshard_after_forward: bool | int = True,
         cpu_offload: bool = False,
         mixed_precision: MixedPrecisionPolicy | None = None,
@@ -89,9 +103,16 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
         self.cpu_offload = cpu_offload  # before super(): the precision check below needs it
         super().__init__(accelerator, **parallel)
         self.auto_wrap_policy = resolve_policy(auto_wrap_policy, option="auto_wrap_policy")
-        self.activation_checkpointing_policy = resolve_policy(
-            activation_checkpointing_policy, option="activation_checkpointing_policy"
+        if not isinstance(activation_checkpointing_policy, (ActivationCheckpointing, str)):  # Lightning's forms,
+            # torch's ModuleWrapPolicy included, mean full recomputation of those blocks
+            activation_checkpointing_policy = resolve_policy(
+                activation_checkpointing_policy, option="activation_checkpointing_policy"
+            )
+        self.activation_checkpointing_policy = resolve_activation_checkpointing(
+            activation_checkpointing_policy, owner="FSDPStrategy"
         )
+        self.compile_policy = resolve_policy(compile_policy, option="compile_policy")
+        self.compile_kwargs = dict(compile_kwargs or {})
         self.reshard_after_forward = reshard_after_forward
         mixed_precision_policy(None, mixed_precision)  # type check now, derive at setup
         self._mixed_precision = mixed_precision
@@ -190,14 +211,16 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
             "offload_policy": offload,
             **self._fully_shard_kwargs,
         }
+        apply_activation_checkpointing(module, self.activation_checkpointing_policy, owner="FSDPStrategy")
         shard_module(
             module,
             mesh=self._device_mesh,
             wrap_policy=self.auto_wrap_policy,
-            activation_checkpointing=self.activation_checkpointing_policy,
+            activation_checkpointing=None,  # applied above: full or selective, same names
             init_device=torch.device("cpu") if self.cpu_offload else self.root_device,
             fully_shard_kwargs=kwargs,
         )
+        compile_blocks(module, self.compile_policy, self.compile_kwargs, strategy=self)
 
     # ------------------------------------------------------------------ steps
     @property
@@ -220,8 +243,10 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
             module.set_requires_gradient_sync(True)
 
     def __repr__(self) -> str:
+        ac = None if self.activation_checkpointing_policy is None else self.activation_checkpointing_policy.describe()
         return (
             f"FSDPStrategy(auto_wrap_policy={list(class_names(self.auto_wrap_policy))}, "
+            f"activation_checkpointing_policy={ac!r}, compile_policy={list(class_names(self.compile_policy))}, "
             f"reshard_after_forward={self.reshard_after_forward!r}, cpu_offload={self.cpu_offload!r}, "
             f"device_mesh={self.device_mesh_spec!r}, state_dict_type={self.state_dict_type!r})"
         )

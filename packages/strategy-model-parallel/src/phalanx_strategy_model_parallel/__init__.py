@@ -1,4 +1,4 @@
-"""Data x tensor x pipeline parallel training for phalanx on one DeviceMesh.
+"""Data (hybrid) x context x tensor x pipeline parallel training for phalanx on one DeviceMesh.
 
 Public names are imported lazily: discovering this plugin imports the package to reach
 ``_plugin``, and listing strategies must not import torch.
@@ -9,15 +9,17 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["MeshLayout", "ModelParallelStrategy"]
+__all__ = ["MeshLayout", "ModelParallelStrategy", "context_parallel_positions"]
 
 if TYPE_CHECKING:
+    from phalanx_strategy_model_parallel._context_parallel import context_parallel_positions
     from phalanx_strategy_model_parallel._layout import MeshLayout
     from phalanx_strategy_model_parallel.strategy import ModelParallelStrategy
 
 _LAZY = {
     "MeshLayout": "phalanx_strategy_model_parallel._layout",
     "ModelParallelStrategy": "phalanx_strategy_model_parallel.strategy",
+    "context_parallel_positions": "phalanx_strategy_model_parallel._context_parallel",
 }
 
 

@@ -2,7 +2,9 @@
 
 A tensor-parallel plan that shards a dimension the tensor-parallel size does not divide would run
 with uneven shards (DTensor allows them) and silently unbalance compute and memory, and a Module
-without ``configure_model`` would train unparallelized; both are refused with the fix.
+without ``configure_model`` would train unparallelized; both are refused with the fix. Under
+context parallel a parameter whose gradient is not reduced over the context-parallel ranks would
+train on a part of each sequence only, so it is refused too.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from torch.distributed.tensor import DTensor, Shard
 
 from phalanx.errors import MisconfigurationError
 
-__all__ = ["check_configure_model", "check_tensor_parallel_divisibility"]
+__all__ = ["check_configure_model", "check_context_parallel_sharding", "check_tensor_parallel_divisibility"]
 
 
 def check_configure_model(module: nn.Module, *, tensor_parallel_size: int) -> bool:
@@ -60,5 +62,30 @@ def check_tensor_parallel_divisibility(module: nn.Module, tensor_parallel_size: 
             f"tensor_parallel_size={tensor_parallel_size} does not divide the sharded dimension of {bad[:4]}"
             f"{' ...' if len(bad) > 4 else ''}. Fix: choose a tensor_parallel_size that divides these sizes (or "
             "change the hidden size), or leave these layers out of the tensor-parallel plan."
+        )
+        raise MisconfigurationError(msg)
+
+
+def check_context_parallel_sharding(module: nn.Module, context_parallel_size: int) -> None:
+    """Every parameter must be sharded (FSDP) over a mesh that includes the context-parallel ranks.
+
+    Context-parallel ranks see different tokens of the same samples; only ``fully_shard`` over the
+    strategy's ``fsdp_mesh`` (data x context parallel) averages their gradients. A parameter on
+    ``device_mesh["data_parallel"]``, or not sharded at all, would silently diverge per cp rank.
+
+    Raises:
+        MisconfigurationError: Naming the parameters and the mesh to use.
+    """
+    bad: list[str] = []
+    for name, param in module.named_parameters():
+        names = (param.device_mesh.mesh_dim_names or ()) if isinstance(param, DTensor) else ()
+        if not any("context_parallel" in str(dim) for dim in names):
+            bad.append(f"{name} (mesh {tuple(names) or 'none'})")
+    if bad:
+        msg = (
+            f"context_parallel_size={context_parallel_size}: the gradients of {bad[:4]}{' ...' if len(bad) > 4 else ''} "
+            "would not be averaged over the context-parallel ranks (they see other tokens of the same samples). "
+            "Fix: in configure_model, fully_shard over self.trainer.strategy.fsdp_mesh (data x context parallel) "
+            "instead of self.device_mesh['data_parallel'], or do not define configure_model and let the strategy shard."
         )
         raise MisconfigurationError(msg)

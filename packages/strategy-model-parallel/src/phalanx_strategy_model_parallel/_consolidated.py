@@ -52,7 +52,9 @@ def _merge_optimizer(parts: list[dict[str, Any]]) -> dict[str, Any]:
             if index == len(merged["param_groups"]):
                 merged["param_groups"].append({**group, "params": list(group["params"])})
             else:
-                merged["param_groups"][index]["params"].extend(p for p in group["params"] if p not in merged["param_groups"][index]["params"])
+                merged["param_groups"][index]["params"].extend(
+                    p for p in group["params"] if p not in merged["param_groups"][index]["params"]
+                )
     return merged
 
 

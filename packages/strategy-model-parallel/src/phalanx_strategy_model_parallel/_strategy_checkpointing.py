@@ -12,18 +12,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_model_state_dict,
-    set_optimizer_state_dict,
-)
+from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 from torch.optim import Optimizer
 
+from phalanx.checkpoint_io import dcp
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO, PathLike
-from phalanx.errors import CheckpointError, MisconfigurationError
-from phalanx_strategy_model_parallel import _checkpoint as dist_ckpt
+from phalanx.errors import MisconfigurationError
 from phalanx_strategy_model_parallel import _consolidated as full_ckpt
 from phalanx_strategy_model_parallel._layout import DATA_PARALLEL, TENSOR_PARALLEL
 
@@ -31,24 +25,6 @@ if TYPE_CHECKING:
     from phalanx_strategy_model_parallel._layout import MeshLayout
 
 __all__ = ["ModelParallelCheckpointing"]
-
-
-def _read_from_shards(checkpoint: Mapping[str, Any]) -> bool:
-    """Whether ``checkpoint`` came from a DCP directory (already shaped like this run's shards).
-
-    Judged by the marker of ``trainer_state.pt``, not by the presence of DTensors: an optimizer
-    without state (plain SGD) or a mesh of size 1 holds none.
-    """
-    return "model_parallel" in checkpoint
-
-
-def _require(checkpoint: Mapping[str, Any], key: str, what: str) -> None:
-    if key not in checkpoint:
-        msg = (
-            f"The checkpoint has no {key!r} entry (keys: {sorted(checkpoint)}), so it holds no {what}. Fix: pass a "
-            "checkpoint written by Trainer.save_checkpoint (a full one to resume training)."
-        )
-        raise CheckpointError(msg)
 
 
 class ModelParallelCheckpointing:
@@ -60,6 +36,7 @@ class ModelParallelCheckpointing:
     checkpoint_io: CheckpointIO
     is_global_zero: bool
     global_rank: int
+    world_size: int
     _module: nn.Module | None
 
     if TYPE_CHECKING:
@@ -70,6 +47,11 @@ class ModelParallelCheckpointing:
         def require_module(self) -> nn.Module: ...
 
         def barrier(self, name: str | None = None) -> None: ...
+
+    def teardown(self) -> None:
+        """Finish a background save first: it synchronises over process groups teardown destroys."""
+        dcp.finish_saves(self.checkpoint_io, synchronize=False)
+        super().teardown()  # type: ignore[misc]  # Strategy's, later in the MRO
 
     @property
     def _partial(self) -> bool:
@@ -84,7 +66,9 @@ class ModelParallelCheckpointing:
         """Name-keyed sharded state: resharding on load matches by name, never by position."""
         return get_optimizer_state_dict(self.require_module(), optimizer)  # type: ignore[no-any-return]
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: PathLike, storage_options: Any | None = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], filepath: PathLike, storage_options: Any | None = None
+    ) -> None:
         """Write a DCP directory (every rank) or one consolidated file (rank 0). Runs on every rank.
 
         Raises:
@@ -96,7 +80,7 @@ class ModelParallelCheckpointing:
         module = self.require_module()
         layout = self.layout
         if self.save_distributed_checkpoint:
-            dist_ckpt.save_distributed(
+            dcp.save(
                 checkpoint,
                 filepath,
                 model=module,
@@ -104,10 +88,16 @@ class ModelParallelCheckpointing:
                 checkpoint_io=self.checkpoint_io,
                 is_global_zero=self.is_global_zero,
                 barrier=self.barrier,
-                layout={"data_parallel": layout.data_parallel, "tensor_parallel": layout.tensor_parallel,
-                        "pipeline_parallel": layout.pipeline_parallel},
+                world_size=self.world_size,
+                strategy="model_parallel",
+                layout={
+                    "data_parallel": layout.data_parallel,
+                    "tensor_parallel": layout.tensor_parallel,
+                    "pipeline_parallel": layout.pipeline_parallel,
+                },
             )
             return
+        dcp.finish_saves(self.checkpoint_io)
         coords = layout.coordinates(self.global_rank)
         full_ckpt.save_consolidated(
             checkpoint,
@@ -135,34 +125,37 @@ class ModelParallelCheckpointing:
         path = os.fspath(checkpoint_path)
         module = self.require_module()
         strict = getattr(module, "strict_loading", True)
-        if os.path.isdir(path):
-            return dist_ckpt.read_distributed(
-                path, model=module, optimizers=self.optimizers, checkpoint_io=self.checkpoint_io,
-                strict=strict, partial=self._partial,
+        if dcp.has_dcp_metadata(path) or os.path.isdir(path):
+            return dcp.read(
+                path,
+                model=module,
+                optimizers=self.optimizers,
+                checkpoint_io=self.checkpoint_io,
+                strict=strict,
+                partial=self._partial,
             )
         checkpoint = self.checkpoint_io.load_checkpoint(path, weights_only=weights_only)
         if isinstance(checkpoint, dict) and isinstance(checkpoint.get("state_dict"), Mapping):
             shapes = {k: tuple(v.shape) for k, v in checkpoint["state_dict"].items() if hasattr(v, "shape")}
-            dist_ckpt.check_model_matches(module, shapes, source=path, strict=strict, partial=self._partial)
+            dcp.check_model_matches(module, shapes, source=path, strict=strict, partial=self._partial)
         return checkpoint
 
     def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
         """Apply sharded weights as read, or distribute a full state dict into the shards (collective)."""
         module = self.require_module()
-        _require(checkpoint, "state_dict", "weights")
+        dcp.require_entry(checkpoint, "state_dict", "weights")
         state = checkpoint["state_dict"]
-        if _read_from_shards(checkpoint):
-            set_model_state_dict(module, state, options=StateDictOptions(strict=strict and not self._partial))
+        if dcp.read_from_shards(checkpoint):
+            dcp.apply_model_state(module, state, strict=strict and not self._partial)
         else:
             full_ckpt.load_full_model(module, state, strict=strict, partial=self._partial)
 
     def load_optimizer_state_dict(self, checkpoint: Mapping[str, Any]) -> None:
         """Apply sharded optimizer states as read, or name-keyed full ones (consolidated files)."""
-        _require(checkpoint, "optimizer_states", "optimizer state")
+        dcp.require_entry(checkpoint, "optimizer_states", "optimizer state")
         states = checkpoint["optimizer_states"]
         module = self.require_module()
-        if _read_from_shards(checkpoint):
-            for optimizer, state in zip(self.optimizers, states):
-                set_optimizer_state_dict(module, optimizer, state)
+        if dcp.read_from_shards(checkpoint):
+            dcp.apply_optimizer_states(module, self.optimizers, list(states))
             return
         full_ckpt.load_full_optimizers(module, self.optimizers, list(states), source="checkpoint")

@@ -1,13 +1,18 @@
-"""ModelParallelStrategy: data x tensor x pipeline parallel on one DeviceMesh.
+"""ModelParallelStrategy: data (hybrid) x context x tensor x pipeline parallel on one DeviceMesh.
 
 The strategy owns the mesh and the lifecycle; the Module owns the parallelization. The mesh
-(dims ``"data_parallel"``, ``"tensor_parallel"``, plus ``"pipeline_parallel"`` when used) exists
+(dims ``"data_parallel"`` or ``"data_parallel_replicate"`` x ``"data_parallel_shard"``,
+``"tensor_parallel"``, plus ``"context_parallel"`` and ``"pipeline_parallel"`` when used) exists
 before ``Module.configure_model`` runs and is available there as ``self.device_mesh``, where the
 Module applies tensor-parallel plans (``parallelize_module``) and ``fully_shard`` over the
 data-parallel dimension, as in Lightning. Data is sharded over the data-parallel dimension only:
 the ranks of one tensor- or pipeline-parallel group read the same batch. With
 ``pipeline_parallel_size > 1`` each rank keeps only its stages of the Module and
 ``run_pipeline`` runs a ``torch.distributed.pipelining`` schedule inside ``training_step``.
+With ``context_parallel_size > 1`` the strategy splits each training batch's sequences over the
+context-parallel ranks and makes ``F.scaled_dot_product_attention`` attend over whole sequences
+(``_context_parallel``); FSDP then shards over data x context parallel (:attr:`fsdp_mesh`), so
+gradients are averaged over both.
 """
 
 from __future__ import annotations
@@ -26,12 +31,27 @@ from phalanx.errors import MisconfigurationError
 from phalanx.precision.precision import Precision
 from phalanx.strategies.configuration import StrategyConfiguration
 from phalanx.strategies.parallel import ParallelStrategy, split_parallel_arguments
-from phalanx_strategy_model_parallel._checks import check_configure_model, check_tensor_parallel_divisibility
-from phalanx_strategy_model_parallel._layout import DATA_PARALLEL, MeshLayout, check_size, resolve_layout
+from phalanx_strategy_model_parallel._block_options import apply_block_options, resolve_block_options
+from phalanx_strategy_model_parallel._checks import (
+    check_configure_model,
+    check_context_parallel_sharding,
+    check_tensor_parallel_divisibility,
+)
+from phalanx_strategy_model_parallel._context_parallel import (
+    SeqDims,
+    check_seq_dims,
+)
+from phalanx_strategy_model_parallel._layout import (
+    DATA_PARALLEL,
+    MeshLayout,
+    check_size,
+    resolve_layout,
+)
 from phalanx_strategy_model_parallel._materialize import has_meta_tensors, materialize
 from phalanx_strategy_model_parallel._pipeline import SCHEDULES
 from phalanx_strategy_model_parallel._pipeline_setup import PipelineSetup
 from phalanx_strategy_model_parallel._strategy_checkpointing import ModelParallelCheckpointing
+from phalanx_strategy_model_parallel._strategy_context_parallel import ContextParallelSteps
 
 __all__ = ["ModelParallelStrategy"]
 
@@ -40,8 +60,8 @@ __all__ = ["ModelParallelStrategy"]
 PRECISIONS = ("32-true", "bf16-mixed", "bf16-true")
 
 
-class ModelParallelStrategy(ModelParallelCheckpointing, ParallelStrategy):
-    """N-D parallel training: data parallel x tensor parallel (x pipeline parallel) on one DeviceMesh.
+class ModelParallelStrategy(ModelParallelCheckpointing, ContextParallelSteps, ParallelStrategy):
+    """N-D parallel training: data (hybrid) x context x tensor x pipeline parallel on one DeviceMesh.
 
     Args:
         accelerator: See :class:`~phalanx.strategies.strategy.Strategy`.
@@ -51,12 +71,30 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ParallelStrategy):
         tensor_parallel_size: Ranks one layer is split over. ``"auto"``: the devices of one node
             (divided by pipeline_parallel_size) when both are "auto", else what is left.
         pipeline_parallel_size: Consecutive stages of the model on different ranks (1: none).
+        context_parallel_size: Ranks one sequence is split over (1: none). Every training batch
+            tensor is cut along its sequence dim into ``2 x size`` chunks (rank ``i`` keeps chunks
+            ``i`` and ``2 x size - 1 - i``, balancing causal attention work) and every
+            ``F.scaled_dot_product_attention`` in the model attends over the whole sequence.
+            Validation, test and predict see whole sequences.
+        context_parallel_seq_dims: The sequence dim: an int for every batch tensor with more dims
+            (default 1), or a dict from batch key to dim (None: not split) for dict batches.
+        data_parallel_replicate_size: Hybrid sharding (HSDP): replicas of the model; FSDP shards
+            within each replica over ``data_parallel_shard_size`` ranks. Default 1 (plain FSDP).
+        data_parallel_shard_size: Ranks one replica is sharded over; default: what
+            ``data_parallel_size / data_parallel_replicate_size`` leaves.
         pipeline_schedule: ``"1f1b"`` (default; least activation memory), ``"gpipe"``, or
             ``"interleaved_1f1b"`` (several stages per rank, a smaller bubble).
         num_microbatches: Microbatches each batch is split into under pipeline parallel; default
             twice the number of stages. The per-rank batch size must be a multiple.
         save_distributed_checkpoint: True (default): every rank writes its shards into a DCP
             directory (fast, reshardable). False: rank 0 writes one consolidated file.
+        activation_checkpointing_policy: Blocks whose activations are recomputed in backward, as
+            for ``FSDPStrategy``: a class, a set of classes or a predicate (full recomputation), or
+            ``ActivationCheckpointing({Block}, mode="selective")``
+            (:mod:`phalanx.utilities.activation_checkpointing`). Applied after ``configure_model``.
+        compile_policy: Regional compile: blocks whose ``forward`` is compiled on its own after
+            parallelization (same forms); None compiles nothing per block.
+        compile_kwargs: Options for the per-block ``torch.compile`` (``backend``, ``mode``, ...).
         **kwargs: Every :class:`~phalanx.strategies.parallel.ParallelStrategy` argument
             (``parallel_devices``, ``cluster_environment``, ``checkpoint_io``, ``precision_plugin``,
             ``process_group_backend``, ``timeout``). Only ``start_method="popen"``: DTensor state
@@ -76,25 +114,56 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ParallelStrategy):
         data_parallel_size: int | str = "auto",
         tensor_parallel_size: int | str = "auto",
         pipeline_parallel_size: int = 1,
+        context_parallel_size: int = 1,
+        context_parallel_seq_dims: SeqDims = 1,
+        data_parallel_replicate_size: int = 1,
+        data_parallel_shard_size: int | None = None,
         pipeline_schedule: str = "1f1b",
         num_microbatches: int | None = None,
         save_distributed_checkpoint: bool = True,
+        activation_checkpointing_policy: Any = None,
+        compile_policy: Any = None,
+        compile_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         parallel, rest = split_parallel_arguments(kwargs)
         if rest:
             msg = (
                 f"ModelParallelStrategy got unknown argument(s) {sorted(rest)}. Valid: data_parallel_size, "
-                "tensor_parallel_size, pipeline_parallel_size, pipeline_schedule, num_microbatches, "
-                "save_distributed_checkpoint, and ParallelStrategy's parallel_devices, cluster_environment, "
+                "data_parallel_replicate_size, data_parallel_shard_size, tensor_parallel_size, context_parallel_size, "
+                "context_parallel_seq_dims, pipeline_parallel_size, pipeline_schedule, num_microbatches, "
+                "save_distributed_checkpoint, activation_checkpointing_policy, compile_policy, compile_kwargs, and "
+                "ParallelStrategy's parallel_devices, cluster_environment, "
                 "checkpoint_io, precision_plugin, process_group_backend, timeout."
             )
             raise MisconfigurationError(msg)
+        self.block_options = resolve_block_options(
+            activation_checkpointing_policy=activation_checkpointing_policy,
+            compile_policy=compile_policy,
+            compile_kwargs=compile_kwargs,
+        )
         self._sizes = (
             check_size("data_parallel_size", data_parallel_size, allow_auto=True),
             check_size("tensor_parallel_size", tensor_parallel_size, allow_auto=True),
             int(check_size("pipeline_parallel_size", pipeline_parallel_size, allow_auto=False)),
         )
+        self._mesh_sizes: dict[str, Any] = {
+            "context_parallel_size": int(check_size("context_parallel_size", context_parallel_size, allow_auto=False)),
+            "data_parallel_replicate_size": int(
+                check_size("data_parallel_replicate_size", data_parallel_replicate_size, allow_auto=False)
+            ),
+            "data_parallel_shard_size": None
+            if data_parallel_shard_size is None
+            else int(check_size("data_parallel_shard_size", data_parallel_shard_size, allow_auto=False)),
+        }
+        if self._mesh_sizes["context_parallel_size"] > 1 and self._sizes[2] > 1:
+            msg = (
+                f"ModelParallelStrategy(context_parallel_size={context_parallel_size}, pipeline_parallel_size="
+                f"{pipeline_parallel_size}): context parallel inside pipeline stages is not supported. Fix: use one "
+                "of them (context_parallel_size=1 or pipeline_parallel_size=1)."
+            )
+            raise MisconfigurationError(msg)
+        self.context_parallel_seq_dims = check_seq_dims(context_parallel_seq_dims)
         if pipeline_schedule not in SCHEDULES:
             msg = f"ModelParallelStrategy(pipeline_schedule={pipeline_schedule!r}) is unknown; choose one of {sorted(SCHEDULES)}."
             raise MisconfigurationError(msg)
@@ -105,9 +174,11 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ParallelStrategy):
         self.num_microbatches = num_microbatches
         self.save_distributed_checkpoint = bool(save_distributed_checkpoint)
         self._layout: MeshLayout | None = None
+        self._flat_meshes: dict[str, DeviceMesh] = {}
         self._device_mesh: DeviceMesh | None = None
         self._pipeline: PipelineSetup | None = None
         self._trainer: Any = None
+        self._cp_checked = False
 
     # ------------------------------------------------------------------ configuration
     def adapt_precision_plugin(self, precision_plugin: Precision) -> Precision:
@@ -124,13 +195,17 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ParallelStrategy):
     def configure(self, config: StrategyConfiguration) -> None:
         """Resolve the mesh sizes as soon as devices and nodes are known: a wrong product fails here."""
         super().configure(config)
-        self._layout = resolve_layout(*self._sizes, num_nodes=self.num_nodes, num_processes=self.num_processes)
+        self._layout = resolve_layout(
+            *self._sizes, num_nodes=self.num_nodes, num_processes=self.num_processes, **self._mesh_sizes
+        )
 
     @property
     def layout(self) -> MeshLayout:
         """The resolved sizes; known after the Trainer configured the strategy."""
         if self._layout is None:
-            self._layout = resolve_layout(*self._sizes, num_nodes=self.num_nodes, num_processes=self.num_processes or 1)
+            self._layout = resolve_layout(
+                *self._sizes, num_nodes=self.num_nodes, num_processes=self.num_processes or 1, **self._mesh_sizes
+            )
         return self._layout
 
     @property
@@ -144,6 +219,33 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ParallelStrategy):
     @property
     def pipeline_parallel_size(self) -> int:
         return self.layout.pipeline_parallel
+
+    @property
+    def context_parallel_size(self) -> int:
+        return self.layout.context_parallel
+
+    @property
+    def data_parallel_replicate_size(self) -> int:
+        return self.layout.data_parallel_replicate
+
+    @property
+    def data_parallel_shard_size(self) -> int:
+        return self.layout.data_parallel_shard
+
+    @property
+    def fsdp_mesh(self) -> DeviceMesh:
+        """The mesh to pass to ``fully_shard``: data parallel, times context parallel when used.
+
+        1-D (plain FSDP) or, with ``data_parallel_replicate_size > 1``, 2-D ``(replicate, shard)``,
+        which ``fully_shard`` runs as HSDP. Context-parallel ranks hold other tokens of the same
+        samples, so their gradients must be averaged with the data-parallel ones: FSDP over this
+        mesh does it in its reduce-scatter.
+        """
+        dims = self.layout.fsdp_dims
+        if len(dims) == 1:
+            flat = self._flat_meshes.get(dims[0])
+            return flat if flat is not None else self.device_mesh[dims[0]]
+        return self.device_mesh[dims]
 
     @property
     def device_mesh(self) -> DeviceMesh:
@@ -192,7 +294,10 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ParallelStrategy):
         super().setup_environment()
         layout = self.layout
         if self._device_mesh is None:
-            self._device_mesh = init_device_mesh(self.root_device.type, layout.shape, mesh_dim_names=layout.dim_names)
+            mesh = init_device_mesh(self.root_device.type, layout.shape, mesh_dim_names=layout.dim_names)
+            for name, dims in layout.flattened:  # every rank, same order: each creates process groups
+                self._flat_meshes[name] = mesh[dims]._flatten(name)
+            self._device_mesh = mesh
         module = self._module
         if module is not None and not isinstance(getattr(type(module), "device_mesh", None), property):
             module.device_mesh = self._device_mesh  # plain attribute: a DeviceMesh is no Module/Parameter
@@ -200,6 +305,7 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ParallelStrategy):
     def setup(self, trainer: Any) -> None:
         """Remember the Trainer (accumulation and clipping settings), then the base template."""
         self._trainer = trainer
+        self._cp_checked = False
         super().setup(trainer)
 
     def model_to_device(self) -> None:
@@ -226,9 +332,12 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ParallelStrategy):
                     break
         check_tensor_parallel_divisibility(module, layout.tensor_parallel)
         if not parallelized and self._pipeline is None and not isinstance(module, FSDPModule):
-            fully_shard(module, mesh=self.device_mesh[DATA_PARALLEL])  # pure data parallel: shard like FSDP
+            fully_shard(module, mesh=self.fsdp_mesh)  # pure data (x context) parallel: shard like FSDP
+        if layout.context_parallel > 1:
+            check_context_parallel_sharding(module, layout.context_parallel)
         if self._pipeline is not None:
             self._pipeline.build(training=training)
+        apply_block_options(self.block_options, module, is_global_zero=self.is_global_zero)
         return module
 
     def _check_pipeline_trainer_settings(self, training: bool) -> None:
@@ -252,6 +361,8 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ParallelStrategy):
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         """The Module's step; under pipeline parallel it must call :meth:`run_pipeline` once."""
         if self._pipeline is None:
+            if self.layout.context_parallel > 1:
+                return self._context_parallel_step(*args, **kwargs)
             return super().training_step(*args, **kwargs)
         batch_idx = args[1] if len(args) > 1 else kwargs.get("batch_idx", 0)
         self._pipeline.begin_step(int(batch_idx), self._trainer)
@@ -295,9 +406,9 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ParallelStrategy):
 
     def __repr__(self) -> str:
         dp, tp, pp = self._sizes
+        sizes = "".join(f", {k}={v!r}" for k, v in self._mesh_sizes.items())
         return (
             f"ModelParallelStrategy(data_parallel_size={dp!r}, tensor_parallel_size={tp!r}, "
-            f"pipeline_parallel_size={pp}, pipeline_schedule={self.pipeline_schedule!r}, "
+            f"pipeline_parallel_size={pp}{sizes}, pipeline_schedule={self.pipeline_schedule!r}, "
             f"save_distributed_checkpoint={self.save_distributed_checkpoint})"
         )
-
