@@ -2,8 +2,8 @@
 
 One 2-rank job (scripts/compile_fit.py) runs an eager ddp fit, a compiled one (``aot_eager``:
 dynamo and AOT autograd, DDP's graph handling included, without generating C++, so it stays
-fast; the inductor path is covered in core/tests/test_compile.py) and the plain
-``DistributedDataParallel`` loop, in the same processes. The strategy must take the Module out of
+fast; the inductor path is covered in core/tests/test_compile.py) and plain data-parallel
+training by hand (gradients all-reduced after ``backward``), in the same processes. The strategy must take the Module out of
 the ``OptimizedModule``, wrap it in DDP and compile its ``forward`` again; compiling before
 wrapping, or not at all, would show in the facts below.
 """
@@ -41,7 +41,7 @@ def test_compiled_fit_loses_like_the_eager_fit_and_plain_ddp(job: tuple[list[dic
     for result in ranks:
         eager, compiled, plain = (result[tag]["losses"] for tag in ("eager", "compiled", "plain"))
         assert _max_diff(compiled, eager) < 1e-4
-        assert _max_diff(eager, plain) < 1e-6  # the eager reference is itself plain DDP's
+        assert _max_diff(eager, plain) < 1e-6  # and the eager fit is plain data parallel
         assert compiled[-1] < compiled[0]
     assert ranks[0]["compiled"]["losses"] != ranks[1]["compiled"]["losses"]  # each rank saw its own shard
 

@@ -38,13 +38,7 @@ import torch.distributed.checkpoint as torch_dcp
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_model_state_dict,
-    set_optimizer_state_dict,
-)
+from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 from torch.optim import Optimizer
 
 from phalanx.checkpoint_io import _dcp_async
@@ -58,6 +52,13 @@ from phalanx.checkpoint_io._dcp_format import (
     has_dcp_metadata,
     is_dcp_checkpoint,
     meta_file,
+)
+from phalanx.checkpoint_io._dcp_state import (
+    apply_model_state,
+    apply_optimizer_states,
+    check_model_matches,
+    load_optimizer_hyperparameters,
+    require_entry,
 )
 from phalanx.checkpoint_io.async_io import AsyncCheckpointIO
 from phalanx.checkpoint_io.atomic import committed_path, prepare_staging, publish_directory, staging_directory
@@ -92,7 +93,6 @@ log = logging.getLogger(__name__)
 #: Trainer keys never stored in ``meta.pt``: mid-accumulation gradients live in the sharded
 #: parameters' own buffers (FSDP) or as per-shard DTensors, which the Trainer's plain copy cannot hold.
 _DROPPED = ("accumulated_grads",)
-_SHOWN = 5
 
 
 def _writer(path: str) -> Any:
@@ -258,60 +258,6 @@ def saved_shapes(path: PathLike) -> dict[str, tuple[int, ...] | None]:
     }
 
 
-def _model_name(model: nn.Module) -> str:
-    """The user's class name: FSDP2 and friends swap a module's class for a generated subclass."""
-    for cls in type(model).__mro__:
-        if not cls.__module__.startswith("torch.distributed"):
-            return cls.__qualname__
-    return type(model).__qualname__
-
-
-def check_model_matches(
-    model: nn.Module,
-    saved: Mapping[str, tuple[int, ...] | None],
-    *,
-    source: str,
-    strict: bool,
-    partial: bool = False,
-) -> None:
-    """Refuse a checkpoint of another model before any collective load, naming what differs.
-
-    Args:
-        model: The (possibly sharded) model; DTensor shapes are global shapes.
-        saved: Name -> shape (``None`` for non-tensor entries) of the checkpoint's model state.
-        source: The checkpoint, for the message.
-        strict: Whether missing or unexpected names are errors (a shape mismatch always is).
-        partial: This rank holds only part of the model (pipeline stages), so checkpoint entries
-            it does not hold are expected.
-
-    Raises:
-        CheckpointError: Listing the first differing names and shapes, and the fix.
-    """
-    expected = {
-        name: tuple(v.shape) if isinstance(v, torch.Tensor) else None for name, v in get_model_state_dict(model).items()
-    }
-    missing = sorted(set(expected) - set(saved)) if strict else []
-    unexpected = sorted(set(saved) - set(expected)) if strict and not partial else []
-    wrong = sorted(
-        f"{name}: checkpoint {saved[name]} vs model {expected[name]}"
-        for name in set(expected) & set(saved)
-        if saved[name] is not None and expected[name] is not None and tuple(saved[name] or ()) != expected[name]
-    )
-    if not (missing or unexpected or wrong):
-        return
-    parts = []
-    for label, items in (("missing in checkpoint", missing), ("not in model", unexpected), ("shape differs", wrong)):
-        if items:
-            more = f" (+{len(items) - _SHOWN} more)" if len(items) > _SHOWN else ""
-            parts.append(f"{label}: {items[:_SHOWN]}{more}")
-    msg = (
-        f"The checkpoint {source!r} does not fit the model {_model_name(model)}: {'; '.join(parts)}. It was written "
-        "for another model. Fix: pass the checkpoint of this model (any world size or mesh shape loads), build the "
-        "model the checkpoint was trained with, or set strict_loading = False for name differences."
-    )
-    raise CheckpointError(msg)
-
-
 def read(
     path: PathLike,
     *,
@@ -368,55 +314,6 @@ def read_from_shards(checkpoint: Any) -> bool:
     momentum) or a mesh of size 1 holds none, and must still be applied as sharded state.
     """
     return isinstance(checkpoint, Mapping) and format_marker(checkpoint) is not None
-
-
-def require_entry(checkpoint: Mapping[str, Any], key: str, what: str) -> None:
-    """Refuse a checkpoint without ``key`` (e.g. a weights-only file given to resume training).
-
-    Raises:
-        CheckpointError: Naming the keys it has and what to pass instead.
-    """
-    if key not in checkpoint:
-        msg = (
-            f"The checkpoint has no {key!r} entry (keys: {sorted(checkpoint)}), so it holds no {what}. Fix: pass a "
-            "checkpoint written by Trainer.save_checkpoint (a full one to resume training)."
-        )
-        raise CheckpointError(msg)
-
-
-def apply_model_state(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bool = True) -> None:
-    """Load a sharded model state from :func:`read` into ``model`` (collective)."""
-    set_model_state_dict(model, dict(state_dict), options=StateDictOptions(strict=strict))
-
-
-def apply_optimizer_states(model: nn.Module, optimizers: list[Optimizer], states: list[dict[str, Any]]) -> None:
-    """Load sharded optimizer states from :func:`read` (collective)."""
-    for optimizer, state in zip(optimizers, states):
-        if not state.get("state"):
-            load_optimizer_hyperparameters(optimizer, state)
-        else:
-            set_optimizer_state_dict(model, optimizer, state)
-
-
-def load_optimizer_hyperparameters(optimizer: Optimizer, state: Mapping[str, Any]) -> None:
-    """Restore only the param groups' settings (lr, momentum, ...) of a state with no per-parameter entries.
-
-    An optimizer that keeps no per-parameter state (plain SGD) saves an empty ``"state"``; torch's
-    ``set_optimizer_state_dict`` cannot place such a state on a device and raises, although there is
-    nothing to place. Groups are matched by position, as ``Optimizer.load_state_dict`` does.
-
-    Raises:
-        CheckpointError: Another number of parameter groups.
-    """
-    saved = state.get("param_groups", [])
-    if len(saved) != len(optimizer.param_groups):
-        msg = (
-            f"The checkpoint's optimizer has {len(saved)} parameter group(s) but configure_optimizers created "
-            f"{len(optimizer.param_groups)}. Fix: resume with the optimizer the checkpoint was trained with."
-        )
-        raise CheckpointError(msg)
-    for group, saved_group in zip(optimizer.param_groups, saved):
-        group.update({key: value for key, value in saved_group.items() if key != "params"})
 
 
 def load_full_model_state(source: PathLike) -> tuple[dict[str, Any], dict[str, Any]]:

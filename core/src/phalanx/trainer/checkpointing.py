@@ -320,7 +320,24 @@ def restore_training_state(run: Run, checkpoint: dict[str, Any], path: str) -> N
         for name, param in module.named_parameters():
             if name in grads:
                 param.grad = grads[name].to(device=param.device, dtype=param.dtype)
-    loop_state = checkpoint["loops"]["fit"]  # another world size regroups the rest of the epoch (fit loop)
+    loop_state = checkpoint["loops"]["fit"]
+    saved_world = checkpoint.get("world_size", trainer.world_size)
+    # With a recorded data position the fit loop regroups the rest of the epoch over the new ranks
+    # (and warns itself where it cannot); a checkpoint without one (a single process wrote it, or
+    # an earlier version) can only skip batches of the new shard. An "epoch_end" checkpoint has
+    # consumed its whole epoch: nothing to re-shard.
+    if (
+        saved_world != trainer.world_size
+        and "data_position" not in loop_state
+        and loop_state.get("batches_done", 0) > 0
+        and loop_state.get("phase") != "epoch_end"
+    ):
+        warnings.warn(
+            f"{path!r} was saved mid-epoch with world_size={saved_world}, now {trainer.world_size}, without the "
+            f"epoch's data position: each rank skips {loop_state['batches_done']} batches of its new shard, so the "
+            "rest of this epoch sees different data than the original run would have.",
+            stacklevel=2,
+        )
     datamodule = run.datamodule
     if datamodule is not None and type(datamodule).__qualname__ in checkpoint:
         datamodule.load_state_dict(checkpoint[type(datamodule).__qualname__])

@@ -1,9 +1,9 @@
-"""An eager and a ``torch.compile``-d ddp fit of one model, then the plain DDP loop on the same ranks.
+"""An eager and a ``torch.compile``-d ddp fit of one model, then plain data parallel on the same ranks.
 
 Usage: ``python compile_fit.py OUT_DIR``. Both fits run in the same two processes (the script is
 re-run once, for rank 1): first ``trainer.fit(model)``, then ``trainer.fit(torch.compile(model,
 backend="aot_eager"))`` on a fresh model with the same initial weights, then plain
-``DistributedDataParallel`` with a ``DistributedSampler`` on the process group the fits leave.
+data-parallel training by hand (gradients all-reduced, ``DistributedSampler``).
 ``aot_eager`` runs dynamo and AOT autograd (DDP's graph splitting included) without generating
 C++, so the job stays short on a CPU. Rank r writes ``OUT_DIR/compile_rank<r>.json``: per run the
 per-step local losses, and for the compiled fit whether ``forward`` was really compiled, how many
@@ -22,7 +22,6 @@ import torch.distributed as dist
 from common import BATCH_SIZE, EPOCHS, LR, SEED, build_layers, dataset, loader, trainer_kwargs, write_json
 from torch import nn
 from torch._dynamo.utils import counters
-from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
 import phalanx
@@ -75,16 +74,18 @@ def fit(compiled: bool) -> tuple[int, dict[str, Any]]:
 
 
 def plain_ddp_losses(out: str, rank: int) -> list[float]:
-    """What a user writes by hand: DDP, DistributedSampler(seed=0) + set_epoch, Adam; local losses.
+    """Data-parallel training by hand: DistributedSampler(seed=0) + set_epoch, averaged gradients, Adam.
 
-    The ranks meet through a file store: only the re-run rank keeps the launcher's variables.
+    The gradients are all-reduced after ``backward`` rather than by ``DistributedDataParallel``:
+    the same average, but no collective is issued from inside ``backward``. Under torch 2.13 a
+    gloo work started there keeps backward's Python context in its thread-local state, and freeing
+    the DDP wrapper can then deadlock (the group's destructor joins a gloo thread, holding the GIL,
+    while that thread waits for the GIL to drop the context). The ranks meet through a file
+    store: only the re-run rank keeps the launcher's variables.
     """
-    if not dist.is_initialized():
-        dist.init_process_group(
-            "gloo", init_method=f"file://{os.path.join(out, 'plain_store')}", rank=rank, world_size=2
-        )
+    dist.init_process_group("gloo", init_method=f"file://{os.path.join(out, 'plain_store')}", rank=rank, world_size=2)
     torch.manual_seed(SEED)
-    model = DistributedDataParallel(build_layers())
+    model = build_layers()
     optimizer = torch.optim.Adam(model.parameters(), lr=LR)
     sampler: DistributedSampler[Any] = DistributedSampler(dataset(), shuffle=True, seed=0)
     data = DataLoader(dataset(), batch_size=BATCH_SIZE, sampler=sampler)
@@ -95,6 +96,10 @@ def plain_ddp_losses(out: str, rank: int) -> list[float]:
             optimizer.zero_grad()
             loss = nn.functional.mse_loss(model(x), y)
             loss.backward()
+            for parameter in model.parameters():
+                assert parameter.grad is not None
+                dist.all_reduce(parameter.grad)
+                parameter.grad /= 2
             optimizer.step()
             losses.append(float(loss.detach()))
     dist.destroy_process_group()

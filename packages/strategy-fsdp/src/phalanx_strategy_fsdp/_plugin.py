@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from phalanx.memory import MemoryEstimate, MemoryRequest
     from phalanx.registry import Registry
 
-__all__ = ["phalanx_convert_checkpoint", "phalanx_estimate_memory", "phalanx_register_strategies"]
+__all__ = ["phalanx_estimate_memory", "phalanx_register_strategies"]
 
 _TARGET = "phalanx_strategy_fsdp.strategy:FSDPStrategy"
 #: FSDP2's ``fully_shard`` and DTensor state dicts are public from torch 2.4 on.
@@ -53,14 +53,6 @@ def phalanx_register_strategies(registry: Registry) -> None:
     """Register every FSDP variant; all share one class and differ in init params."""
     for name, (description, params) in _VARIANTS.items():
         registry.register(name, _TARGET, description, requires=_REQUIRES, **params)
-
-
-@hookimpl
-def phalanx_convert_checkpoint(source: str, destination: str) -> bool | None:
-    """Turn a sharded FSDP checkpoint directory into one portable file; pass on anything else."""
-    from phalanx_strategy_fsdp._convert import convert_sharded_checkpoint
-
-    return convert_sharded_checkpoint(source, destination)
 
 
 @hookimpl

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from phalanx.memory import MemoryEstimate, MemoryRequest
     from phalanx.registry import Registry
 
-__all__ = ["phalanx_convert_checkpoint", "phalanx_estimate_memory", "phalanx_register_strategies"]
+__all__ = ["phalanx_estimate_memory", "phalanx_register_strategies"]
 
 _TARGET = "phalanx_strategy_model_parallel.strategy:ModelParallelStrategy"
 #: DTensor tensor parallel, FSDP2 and torch.distributed.pipelining schedules are public from 2.6 on.
@@ -30,14 +30,6 @@ def phalanx_register_strategies(registry: Registry) -> None:
         "Data x tensor x pipeline parallel on one DeviceMesh (FSDP2 + DTensor TP + pipelining schedules)",
         requires=_REQUIRES,
     )
-
-
-@hookimpl
-def phalanx_convert_checkpoint(source: str, destination: str) -> bool | None:
-    """Turn a distributed model-parallel checkpoint directory into one portable file; pass on others."""
-    from phalanx_strategy_model_parallel._convert import convert_distributed_checkpoint
-
-    return convert_distributed_checkpoint(source, destination)
 
 
 @hookimpl
