@@ -35,7 +35,15 @@ def test_plugins_json_shape(capsys: pytest.CaptureFixture[str]) -> None:
     assert all(set(r) == PLUGIN_KEYS for r in records)
     builtin = next(r for r in records if r["entry_point"] == "builtin")
     assert builtin["status"] == "loaded"
-    assert builtin["provides"]["precision"] == ["32-true", "64-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"]
+    assert builtin["provides"]["precision"] == [
+        "32-true",
+        "64-true",
+        "16-mixed",
+        "bf16-mixed",
+        "16-true",
+        "bf16-true",
+        "float8",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,13 @@ def test_distributed_checkpoint_is_a_directory_with_one_shard_file_per_rank(mesh
     assert sorted(p.name for p in ckpt.iterdir()) == [".metadata", *[f"__{r}_0.distcp" for r in range(4)], "meta.pt"]
     meta = torch.load(ckpt / "meta.pt", weights_only=True)
     assert meta["dcp"]["strategy"] == "model_parallel" and meta["dcp"]["world_size"] == 4
-    assert meta["dcp"]["layout"] == {"data_parallel": 2, "tensor_parallel": 2, "pipeline_parallel": 1}
+    assert meta["dcp"]["layout"] == {
+        "data_parallel": 2,
+        "data_parallel_replicate": 1,
+        "context_parallel": 1,
+        "tensor_parallel": 2,
+        "pipeline_parallel": 1,
+    }
     assert meta["global_step"] == 8 and "state_dict" not in meta
 
 

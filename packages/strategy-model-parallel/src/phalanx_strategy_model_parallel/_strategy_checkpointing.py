@@ -19,7 +19,7 @@ from phalanx.checkpoint_io import dcp
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO, PathLike
 from phalanx.errors import MisconfigurationError
 from phalanx_strategy_model_parallel import _consolidated as full_ckpt
-from phalanx_strategy_model_parallel._layout import DATA_PARALLEL, TENSOR_PARALLEL
+from phalanx_strategy_model_parallel._layout import CONTEXT_PARALLEL, DATA_PARALLEL, TENSOR_PARALLEL
 
 if TYPE_CHECKING:
     from phalanx_strategy_model_parallel._layout import MeshLayout
@@ -92,6 +92,8 @@ class ModelParallelCheckpointing:
                 strategy="model_parallel",
                 layout={
                     "data_parallel": layout.data_parallel,
+                    "data_parallel_replicate": layout.data_parallel // layout.data_parallel_shard,
+                    "context_parallel": layout.context_parallel,
                     "tensor_parallel": layout.tensor_parallel,
                     "pipeline_parallel": layout.pipeline_parallel,
                 },
@@ -106,7 +108,7 @@ class ModelParallelCheckpointing:
             optimizers=self.optimizers,
             checkpoint_io=self.checkpoint_io,
             is_global_zero=self.is_global_zero,
-            contributes=coords[DATA_PARALLEL] == 0 and coords[TENSOR_PARALLEL] == 0,
+            contributes=coords[DATA_PARALLEL] == 0 and coords[CONTEXT_PARALLEL] == 0 and coords[TENSOR_PARALLEL] == 0,
             barrier=self.barrier,
         )
 
