@@ -32,6 +32,7 @@ __all__ = [
     "ParameterShape",
     "PrecisionBytes",
     "activation_estimate",
+    "checkpointing_mode",
     "format_bytes",
     "optimizer_state_bytes",
     "parse_bytes",
@@ -154,6 +155,9 @@ class ModelSummary:
             input, traced on the meta device in float32; ``None`` when no input shape was given.
         input_shape: The sample input shape (per rank, one micro-batch).
         activation_note: Why activations are unknown when tracing the forward failed.
+        block_activations: Per repeated block (the entries behind :attr:`blocks`), the bytes of its
+            input and the bytes autograd saves inside it, traced with :attr:`activation_bytes`;
+            what full activation checkpointing keeps instead (:func:`activation_estimate`).
     """
 
     parameters: tuple[ParameterShape, ...]
@@ -162,6 +166,7 @@ class ModelSummary:
     activation_bytes: int | None = None
     input_shape: tuple[int, ...] | None = None
     activation_note: str | None = None
+    block_activations: tuple[tuple[int, int], ...] = ()
 
     @property
     def numel(self) -> int:
@@ -306,14 +311,35 @@ def format_bytes(value: int | None) -> str:
     return f"{amount:.3g} TiB"  # pragma: no cover - loop always returns
 
 
+def checkpointing_mode(request: MemoryRequest) -> str | None:
+    """``"full"``, ``"selective"`` or None: the request's ``activation_checkpointing_policy``.
+
+    Read from the strategy's init params as the user passed them: a set of block classes (full,
+    Lightning's form) or an object with a ``mode`` (``phalanx.utilities.ActivationCheckpointing``).
+    """
+    policy = request.init_params.get("activation_checkpointing_policy")
+    if policy is None or policy is False:
+        return None
+    return str(getattr(policy, "mode", "full"))
+
+
 def activation_estimate(request: MemoryRequest, *, divisor: int = 1) -> int | None:
     """The traced float32 activation bytes scaled to the request's compute precision, per rank.
 
-    ``divisor`` splits them further (tensor parallel shards most activations over its ranks).
+    ``divisor`` splits them further (tensor parallel shards most activations over its ranks,
+    context parallel the sequence). Under full activation checkpointing of the repeated blocks
+    (:func:`checkpointing_mode`), each block keeps only its input until backward, and one block's
+    saved tensors exist again while it is recomputed: traced - saved in blocks + block inputs +
+    the largest block's saved bytes. Selective checkpointing keeps the matmul outputs, which the
+    trace does not single out: it is estimated as no checkpointing (an upper bound).
     """
     traced = request.model.activation_bytes
     if traced is None:
         return None
+    blocks = request.model.block_activations
+    if checkpointing_mode(request) == "full" and blocks:
+        inside = sum(saved for _, saved in blocks)
+        traced = traced - inside + sum(given for given, _ in blocks) + max(saved for _, saved in blocks)
     return math.ceil(traced * request.bytes.activations / 4 / max(1, divisor))
 
 

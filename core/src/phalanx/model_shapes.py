@@ -65,17 +65,26 @@ def build_on_meta(factory: Callable[[], Any], *, where: str = "the factory") -> 
     return model
 
 
-def _blocks(module: nn.Module) -> tuple[int, ...]:
-    """Parameter counts of the entries of the largest ModuleList / Sequential, else of the children."""
-    best: tuple[int, ...] = ()
+def _block_modules(module: nn.Module) -> list[nn.Module]:
+    """The entries of the largest ModuleList / Sequential (by parameters), else the children; with parameters."""
+
+    def size(sub: nn.Module) -> int:
+        return sum(p.numel() for p in sub.parameters())
+
+    best: list[nn.Module] = []
     for sub in module.modules():
         if isinstance(sub, (nn.ModuleList, nn.Sequential)) and len(sub) > 1:
-            counts = tuple(sum(p.numel() for p in child.parameters()) for child in sub)
-            if sum(counts) > sum(best):
-                best = counts
+            found = list(sub)
+            if sum(map(size, found)) > sum(map(size, best)):
+                best = found
     if not best:
-        best = tuple(sum(p.numel() for p in child.parameters()) for child in module.children())
-    return tuple(count for count in best if count)
+        best = list(module.children())
+    return [child for child in best if size(child)]
+
+
+def _blocks(module: nn.Module) -> tuple[int, ...]:
+    """Parameter counts of the entries of the largest ModuleList / Sequential, else of the children."""
+    return tuple(sum(p.numel() for p in child.parameters()) for child in _block_modules(module))
 
 
 def _first_leaf(module: nn.Module) -> nn.Module | None:
@@ -99,33 +108,60 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
 def _trace_activations(
     module: nn.Module, input_shape: tuple[int, ...], dtype: torch.dtype
-) -> tuple[int | None, str | None]:
-    """Bytes autograd saves for backward in one meta forward pass, and why when it cannot tell."""
+) -> tuple[int | None, str | None, tuple[tuple[int, int], ...]]:
+    """Bytes autograd saves in one meta forward pass, why when it cannot tell, and per block (input, saved)."""
     stand_ins = {
         name: torch.empty_like(t, device="meta").requires_grad_(t.requires_grad)
         for name, t in (*module.named_parameters(), *module.named_buffers())
     }
     owned = {id(t) for t in stand_ins.values()}
     saved: dict[int, torch.Tensor] = {}  # kept alive so that ids stay unique while tracing
+    blocks = _block_modules(module)
+    per_block: list[list[int]] = [[0, 0] for _ in blocks]  # input bytes, bytes saved inside
+    current: list[int | None] = [None]
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         base = tensor._base if tensor._base is not None else tensor
-        if id(tensor) not in owned and id(base) not in owned:
+        if id(tensor) not in owned and id(base) not in owned and id(base) not in saved:
             saved[id(base)] = base
+            if current[0] is not None:
+                per_block[current[0]][1] += _nbytes(base)
         return tensor
 
+    def entering(index: int) -> Callable[..., None]:
+        def hook(_module: nn.Module, args: Any) -> None:
+            current[0] = index
+            per_block[index][0] = sum(_nbytes(t) for t in _tensors(args))
+
+        return hook
+
+    def leaving(*_: Any) -> None:
+        current[0] = None
+
+    handles = [
+        hook
+        for i, block in enumerate(blocks)
+        for hook in (block.register_forward_pre_hook(entering(i)), block.register_forward_hook(leaving))
+    ]
     sample = torch.zeros(input_shape, dtype=dtype, device="meta")
     try:
         with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             output = torch.func.functional_call(module, stand_ins, (sample,), tie_weights=True, strict=False)
     except Exception as err:
-        return None, f"forward on a meta input of shape {list(input_shape)} failed ({type(err).__name__}: {err})"
+        return None, f"forward on a meta input of shape {list(input_shape)} failed ({type(err).__name__}: {err})", ()
+    finally:
+        for handle in handles:
+            handle.remove()
     for tensor in _tensors(output):
         base = tensor._base if tensor._base is not None else tensor
         saved.setdefault(id(base), base)
-    return sum(t.numel() * t.element_size() for t in saved.values()), None
+    return sum(map(_nbytes, saved.values())), None, tuple((given, inside) for given, inside in per_block)
 
 
 def summarize_model(
@@ -147,6 +183,7 @@ def summarize_model(
     buffer_bytes = sum(b.numel() * b.element_size() for b in module.buffers())
     activations: int | None = None
     note: str | None = None
+    per_block: tuple[tuple[int, int], ...] = ()
     if input_shape is not None:
         if input_dtype is None:
             dtype = _default_input_dtype(module)
@@ -159,7 +196,7 @@ def summarize_model(
                 )
                 raise MisconfigurationError(msg)
             dtype = found
-        activations, note = _trace_activations(module, tuple(input_shape), dtype)
+        activations, note, per_block = _trace_activations(module, tuple(input_shape), dtype)
     return ModelSummary(
         parameters=parameters,
         buffer_bytes=buffer_bytes,
@@ -167,4 +204,5 @@ def summarize_model(
         activation_bytes=activations,
         input_shape=None if input_shape is None else tuple(input_shape),
         activation_note=note,
+        block_activations=per_block,
     )

@@ -83,3 +83,27 @@ def test_estimate_matches_measured(
         assert close(est.optimizer_states, got["optimizer_states"]), where
         assert est.total >= (1 - TOLERANCE) * got["peak"], f"estimate total below the measured peak; {where}"
         assert steady <= (1 + TOLERANCE) * got["peak"], f"steady parts above the measured peak; {where}"
+
+
+def test_context_parallel_and_hsdp_divide_the_estimate() -> None:
+    """cp shards weights with data parallel (``fsdp_mesh``) and splits activations; HSDP replicas hold copies."""
+    from phalanx.testing.memory_probe import build
+
+    summary = summarize_model(build_on_meta(lambda: build(512)), input_shape=(4, 64))
+    entry = StrategyRegistry.entry("model_parallel")
+
+    def planned(devices: int, **params: Any) -> MemoryEstimate:
+        request = MemoryRequest("model_parallel", entry.target_path, params, summary, devices=devices)
+        found = estimate_memory(request)
+        assert found is not None
+        return found
+
+    one = planned(1, data_parallel_size=1, tensor_parallel_size=1)
+    cp2 = planned(2, data_parallel_size=1, tensor_parallel_size=1, context_parallel_size=2)
+    assert one.activations is not None and cp2.activations is not None
+    assert cp2.activations == -(-one.activations // 2)
+    assert abs(cp2.parameters - one.parameters / 2) <= 8, (cp2, one)
+    assert "cp=2" in cp2.layout and not any("!=" in note for note in cp2.notes)
+    hsdp = planned(4, data_parallel_size=4, tensor_parallel_size=1, data_parallel_replicate_size=2)
+    assert abs(hsdp.parameters - one.parameters / 2) <= 8, (hsdp, one)
+    assert "replicate 2 x shard 2" in hsdp.layout

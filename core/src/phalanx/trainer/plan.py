@@ -107,6 +107,12 @@ def plan_run(
         params = {key: getattr(strategy, key, value) for key, value in registered.items()}
         if type(strategy).__module__ + ":" + type(strategy).__qualname__ != StrategyRegistry.entry(name).target_path:
             name = type(strategy).__name__
+    # Per-block options the estimates account for (set on the strategy, not registered defaults).
+    policy = getattr(strategy, "activation_checkpointing_policy", None)
+    if policy is None:
+        policy = getattr(getattr(strategy, "block_options", None), "activation_checkpointing", None)
+    if policy is not None:
+        params["activation_checkpointing_policy"] = policy
     return plan_strategies(
         summary,
         [trainer.strategy_name],

@@ -1,11 +1,15 @@
-"""What one rank of a data x tensor x pipeline mesh holds.
+"""What one rank of a (replicate x shard) data x context x tensor x pipeline mesh holds.
 
 Pipeline parallel gives each rank 1/pp of the layers, tensor parallel splits each of its layers
-over tp ranks, and FSDP2 shards what is left over dp ranks; gradients and optimizer state follow
-the weights. How much a tensor-parallel plan really splits is written in the user's
+over tp ranks, and FSDP2 shards what is left over the data-shard x context-parallel ranks
+(``strategy.fsdp_mesh``; replicate ranks of HSDP hold copies); gradients and optimizer state
+follow the weights. How much a tensor-parallel plan really splits is written in the user's
 ``configure_model``, which the estimate cannot read from shapes: it assumes every layer is split
 (the usual plan for transformer blocks) and says so in its notes. The FSDP-gathered unit is one
-block's tensor-parallel slice (``other``); activations are divided by tp.
+block's tensor-parallel slice (``other``); activations are divided by tp x cp (context parallel
+splits the sequence; the gathered K/V of one attention call, which grows with the whole length,
+is not counted) and follow ``activation_checkpointing_policy``
+(:func:`phalanx.memory.activation_estimate`).
 """
 
 from __future__ import annotations
@@ -20,38 +24,50 @@ TARGET = "phalanx_strategy_model_parallel.strategy:ModelParallelStrategy"
 
 
 def mesh_sizes(params: Any, *, devices: int, num_nodes: int) -> tuple[int, int, int]:
-    """(dp, tp, pp) as the strategy resolves "auto": tp the devices of a node / pp, dp the nodes."""
+    """(dp, tp, pp) as the strategy resolves "auto": tp the devices of a node / (pp x cp), dp the rest."""
     world = devices * num_nodes
     pp = int(params.get("pipeline_parallel_size", 1))
+    cp = int(params.get("context_parallel_size", 1) or 1)
     dp, tp = params.get("data_parallel_size", "auto"), params.get("tensor_parallel_size", "auto")
     if dp == "auto" and tp == "auto":
-        tp, dp = max(1, devices // pp), num_nodes
+        tp = max(1, devices // (pp * cp))
+        dp = max(1, world // (tp * pp * cp))
     elif dp == "auto":
-        dp = max(1, world // (int(tp) * pp))
+        dp = max(1, world // (int(tp) * pp * cp))
     elif tp == "auto":
-        tp = max(1, world // (int(dp) * pp))
+        tp = max(1, world // (int(dp) * pp * cp))
     return int(dp), int(tp), pp
 
 
 def estimate(request: MemoryRequest) -> MemoryEstimate | None:
-    """Weights, gradients and optimizer state divided over the whole mesh; one block slice gathered."""
+    """Weights, gradients and optimizer state divided over the sharding ranks; one block slice gathered."""
     if request.target != TARGET:
         return None
-    dp, tp, pp = mesh_sizes(request.init_params, devices=request.devices, num_nodes=request.num_nodes)
+    params = request.init_params
+    dp, tp, pp = mesh_sizes(params, devices=request.devices, num_nodes=request.num_nodes)
+    cp = int(params.get("context_parallel_size", 1) or 1)
+    replicate = int(params.get("data_parallel_replicate_size", 1) or 1)
     size = request.bytes
-    ranks = dp * tp * pp
+    ranks = (dp // max(1, replicate)) * cp * tp * pp  # ranks holding distinct slices of the weights
     local = shard(request.model.numel, ranks)
     trainable = shard(request.model.trainable_numel, ranks)
     compute = size.activations if size.mixed else size.weights
     notes = ["assumes configure_model splits every layer over tp", "other: one block slice gathered by FSDP"]
-    if ranks != request.world_size:
-        notes.insert(0, f"mesh {dp}x{tp}x{pp} != world size {request.world_size}: the run would refuse it")
+    if dp * cp * tp * pp != request.world_size:
+        notes.insert(0, f"mesh {dp}x{cp}x{tp}x{pp} != world size {request.world_size}: the run would refuse it")
+    if cp > 1:
+        notes.append(f"activations / (tp x cp = {tp * cp}); one attention call's gathered K/V not counted")
+    layout = f"dp={dp} x tp={tp} x pp={pp}"
+    if replicate > 1:
+        layout = f"dp={dp} (replicate {replicate} x shard {dp // replicate}) x tp={tp} x pp={pp}"
+    if cp > 1:
+        layout += f" x cp={cp}"
     return MemoryEstimate(
         parameters=local * size.weights,
         gradients=trainable * size.gradients,
         optimizer_states=optimizer_state_bytes(request.optimizer, trainable, state_dtype_bytes=size.weights),
-        activations=activation_estimate(request, divisor=tp),
+        activations=activation_estimate(request, divisor=tp * cp),
         other=request.model.buffer_bytes + shard(request.model.largest_block, tp) * (compute + size.gradients),
-        layout=f"dp={dp} x tp={tp} x pp={pp}",
+        layout=layout,
         notes=tuple(notes),
     )
