@@ -107,3 +107,17 @@ def test_context_parallel_and_hsdp_divide_the_estimate() -> None:
     hsdp = planned(4, data_parallel_size=4, tensor_parallel_size=1, data_parallel_replicate_size=2)
     assert abs(hsdp.parameters - one.parameters / 2) <= 8, (hsdp, one)
     assert "replicate 2 x shard 2" in hsdp.layout
+
+
+def test_trainer_plan_passes_the_resolved_mesh() -> None:
+    """``Trainer.plan`` sizes the mesh the strategy resolved (cp and HSDP included), not "auto"."""
+    import phalanx
+    from phalanx.testing.memory_probe import build
+    from phalanx_strategy_model_parallel import ModelParallelStrategy
+
+    strategy = ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1, context_parallel_size=2)
+    trainer = phalanx.Trainer(accelerator="cpu", strategy=strategy, devices=4, logger=False)
+    row = trainer.plan(build(512), input_shape=(4, 64)).rows[0]
+    assert row.estimate is not None
+    assert "dp=2" in row.estimate.layout and "cp=2" in row.estimate.layout, row.estimate
+    assert not any("!=" in note for note in row.estimate.notes), row.estimate.notes

@@ -23,6 +23,15 @@ if TYPE_CHECKING:
 
 __all__ = ["optimizer_kind", "plan_run"]
 
+#: Mesh sizes passed to the estimate when the configured strategy has them as int attributes.
+_MESH_SIZES = (
+    "data_parallel_size",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "context_parallel_size",
+    "data_parallel_replicate_size",
+)
+
 #: torch optimizer class name -> kind in phalanx.memory.OPTIMIZER_STATE_BYTES
 _KINDS = {"AdamW": "adamw", "Adam": "adam", "RMSprop": "rmsprop", "Adagrad": "adagrad", "Lion": "lion"}
 
@@ -113,6 +122,10 @@ def plan_run(
         policy = getattr(getattr(strategy, "block_options", None), "activation_checkpointing", None)
     if policy is not None:
         params["activation_checkpointing_policy"] = policy
+    for key in _MESH_SIZES:  # resolved mesh sizes a strategy exposes (model_parallel's properties)
+        value = getattr(strategy, key, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            params[key] = value
     return plan_strategies(
         summary,
         [trainer.strategy_name],
