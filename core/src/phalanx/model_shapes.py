@@ -65,26 +65,21 @@ def build_on_meta(factory: Callable[[], Any], *, where: str = "the factory") -> 
     return model
 
 
+def _numel(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
 def _block_modules(module: nn.Module) -> list[nn.Module]:
     """The entries of the largest ModuleList / Sequential (by parameters), else the children; with parameters."""
-
-    def size(sub: nn.Module) -> int:
-        return sum(p.numel() for p in sub.parameters())
-
     best: list[nn.Module] = []
     for sub in module.modules():
         if isinstance(sub, (nn.ModuleList, nn.Sequential)) and len(sub) > 1:
             found = list(sub)
-            if sum(map(size, found)) > sum(map(size, best)):
+            if sum(map(_numel, found)) > sum(map(_numel, best)):
                 best = found
     if not best:
         best = list(module.children())
-    return [child for child in best if size(child)]
-
-
-def _blocks(module: nn.Module) -> tuple[int, ...]:
-    """Parameter counts of the entries of the largest ModuleList / Sequential, else of the children."""
-    return tuple(sum(p.numel() for p in child.parameters()) for child in _block_modules(module))
+    return [child for child in best if _numel(child)]
 
 
 def _first_leaf(module: nn.Module) -> nn.Module | None:
@@ -113,7 +108,7 @@ def _nbytes(tensor: torch.Tensor) -> int:
 
 
 def _trace_activations(
-    module: nn.Module, input_shape: tuple[int, ...], dtype: torch.dtype
+    module: nn.Module, blocks: list[nn.Module], input_shape: tuple[int, ...], dtype: torch.dtype
 ) -> tuple[int | None, str | None, tuple[tuple[int, int], ...]]:
     """Bytes autograd saves in one meta forward pass, why when it cannot tell, and per block (input, saved)."""
     stand_ins = {
@@ -122,7 +117,6 @@ def _trace_activations(
     }
     owned = {id(t) for t in stand_ins.values()}
     saved: dict[int, torch.Tensor] = {}  # kept alive so that ids stay unique while tracing
-    blocks = _block_modules(module)
     per_block: list[list[int]] = [[0, 0] for _ in blocks]  # input bytes, bytes saved inside
     current: list[int | None] = [None]
 
@@ -180,7 +174,8 @@ def summarize_model(
         ParameterShape(name, tuple(p.shape), str(p.dtype).removeprefix("torch."), p.requires_grad)
         for name, p in module.named_parameters()
     )
-    buffer_bytes = sum(b.numel() * b.element_size() for b in module.buffers())
+    buffer_bytes = sum(map(_nbytes, module.buffers()))
+    blocks = _block_modules(module)
     activations: int | None = None
     note: str | None = None
     per_block: tuple[tuple[int, int], ...] = ()
@@ -196,11 +191,11 @@ def summarize_model(
                 )
                 raise MisconfigurationError(msg)
             dtype = found
-        activations, note, per_block = _trace_activations(module, tuple(input_shape), dtype)
+        activations, note, per_block = _trace_activations(module, blocks, tuple(input_shape), dtype)
     return ModelSummary(
         parameters=parameters,
         buffer_bytes=buffer_bytes,
-        blocks=_blocks(module),
+        blocks=tuple(map(_numel, blocks)),
         activation_bytes=activations,
         input_shape=None if input_shape is None else tuple(input_shape),
         activation_note=note,
