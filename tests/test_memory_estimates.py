@@ -15,8 +15,26 @@ from the same factory built on the meta device. Held to 10 %:
 - ZeRO-3: the whole at-rest total, whose reduce bucket (``reduce_bucket_size`` elements) dominates,
   and the total without that bucket.
 
-Not measured here: DDP's gradient buckets (C++, invisible to ``gc``) and ZeRO-2's reduce buckets,
-which exist only inside backward; both are the ``other`` column of the estimates.
+Not measured by that walk: DDP's gradient buckets (C++, invisible to ``gc``) and ZeRO-2's
+reduce buckets, which exist only inside backward.
+
+The peak itself is measured, not sampled at hooks: the probe runs under torch's ``MemTracker``
+(entered before the model is built, so it sees every tensor the run allocates and frees, inside
+backward and the optimizer step too) and reads the second step's peak. Each estimate's ``total``
+(steady parts + the larger of backward's working set and the optimizer step's temporaries) is
+held to it within 10 %, per rank:
+
+- ``MeasuredNet`` (weights dominate) under ddp, fsdp, ZeRO-2 and ZeRO-3 at both widths;
+- ``BlockNet`` (4 MLP blocks over 64-token sequences, activations about as large as the weights)
+  under ddp, fsdp, model_parallel (data parallel, each block ``fully_shard``-ed), ZeRO-2 and
+  ZeRO-3, each with and without full activation checkpointing of the blocks. DeepSpeed runs with a
+  1M-element reduce bucket there: at its 200M default the bucket is 99 % of the peak and would
+  hide every other term.
+
+ZeRO-3 with activation checkpointing is the one known miss (expected to fail, strictly): measured
+0.86x the estimate's peak. Checkpointing lowers ZeRO-3's measured peak by 2 % (39.7 -> 39.0 MB)
+where the estimate's activation term falls by 6 MB; where the rest goes during DeepSpeed's
+recompute is not yet found (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -27,16 +45,25 @@ import pytest
 
 from phalanx.memory import MemoryEstimate
 from phalanx.testing.memory import measure, planned
-from phalanx.testing.memory_probe import build
 
 WIDTHS = (512, 1024)
 STRATEGIES = ("ddp", "fsdp", "deepspeed_stage_2", "deepspeed_stage_3")
+BLOCKS = "b256"
+#: One probe process each, and one model_parallel fit per process: a second model_parallel fit in
+#: the same processes peaks 4 MB higher (about one block's weights and gradients, unsharded; not yet
+#: understood), which a user's one fit per process does not see.
+BLOCK_RUNS = (
+    ("model_parallel+dp", "fsdp+ac", "fsdp", "ddp"),
+    ("model_parallel+dp+ac",),
+    ("deepspeed_stage_2+bucket", "deepspeed_stage_2+bucket+ac", "deepspeed_stage_3+bucket", "deepspeed_stage_3+bucket+ac"),
+)
+ZERO3_AC_GAP = "ZeRO-3 with activation checkpointing peaks 0.86x above its estimate (cause not found)"
 TOLERANCE = 0.10
 RUN_TIMEOUT = 300
 pytestmark = pytest.mark.timeout(RUN_TIMEOUT + 60)
 
 
-def estimate_for(name: str, width: int) -> MemoryEstimate:
+def estimate_for(name: str, width: int | str) -> MemoryEstimate:
     found = planned(name, width=width, devices=2)
     assert found is not None, f"{name} gave no estimate"
     return found
@@ -60,7 +87,7 @@ def test_estimate_matches_measured(name: str, width: int, measured: dict[tuple[s
         where = f"{name} width {width} rank {rank}: estimate {est} vs measured {got}"
         assert close(est.parameters, got["parameters"]), where
         if name == "deepspeed_stage_3":
-            bucket = est.other - 4 * build(width).layers[2].weight.numel()  # reduce bucket + gathered layer
+            bucket = est.other  # the persistent reduce bucket
             assert close(est.total, got["total"]), where
             steady = est.parameters + est.gradients + est.optimizer_states
             assert close(steady, got["total"] - bucket), where
@@ -71,3 +98,49 @@ def test_estimate_matches_measured(name: str, width: int, measured: dict[tuple[s
     if name == "deepspeed_stage_2":  # partitions split at element boundaries: compare the world's sum
         growth = sum(got["peak"] - got["total"] for got in measured[name, width])
         assert close(2 * est.gradients, growth), f"{name} width {width}: 2 x {est.gradients} vs {growth}"
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_total_matches_the_tracked_peak(
+    name: str, width: int, measured: dict[tuple[str, int], list[dict[str, Any]]]
+) -> None:
+    est = estimate_for(name, width)
+    for rank, got in enumerate(measured[name, width]):
+        where = f"{name} width {width} rank {rank}: estimate {est} vs tracked peak {got['tracked_peak']}"
+        assert close(est.total, got["tracked_peak"]), where
+
+
+@pytest.fixture(scope="module")
+def measured_blocks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    found: dict[str, list[dict[str, Any]]] = {}
+    for run in BLOCK_RUNS:
+        found.update(measure(tmp_path_factory.mktemp("blocks"), list(run), [BLOCKS], timeout=RUN_TIMEOUT))
+    return found
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        *(spec for run in BLOCK_RUNS for spec in run if spec != "deepspeed_stage_3+bucket+ac"),
+        pytest.param("deepspeed_stage_3+bucket+ac", marks=pytest.mark.xfail(strict=True, reason=ZERO3_AC_GAP)),
+    ],
+)
+def test_block_model_total_matches_the_tracked_peak(name: str, measured_blocks: dict[str, list[dict[str, Any]]]) -> None:
+    est = estimate_for(name, BLOCKS)
+    records = measured_blocks[f"{name}-{BLOCKS}"]
+    assert len(records) == 2, records
+    for rank, got in enumerate(records):
+        where = f"{name} rank {rank}: estimate {est} vs tracked peak {got['tracked_peak']}"
+        assert close(est.total, got["tracked_peak"]), where
+
+
+def test_checkpointing_lowers_the_estimate_and_the_measured_peak(measured_blocks: dict[str, list[dict[str, Any]]]) -> None:
+    """Where the estimate says full checkpointing saves memory, the measured peak is lower too."""
+    for name in ("fsdp", "model_parallel+dp", "deepspeed_stage_2+bucket"):
+        plain, checkpointed = estimate_for(name, BLOCKS), estimate_for(f"{name}+ac", BLOCKS)
+        assert checkpointed.total < plain.total, name
+        for rank in range(2):
+            before = measured_blocks[f"{name}-{BLOCKS}"][rank]["tracked_peak"]
+            after = measured_blocks[f"{name}+ac-{BLOCKS}"][rank]["tracked_peak"]
+            assert after < before, f"{name} rank {rank}: {after} (checkpointed) >= {before}"

@@ -35,6 +35,7 @@ __all__ = [
     "checkpointing_mode",
     "format_bytes",
     "optimizer_state_bytes",
+    "optimizer_step_bytes",
     "parse_bytes",
     "precision_bytes",
     "replicated_estimate",
@@ -121,6 +122,49 @@ def optimizer_state_bytes(optimizer: str, numel: int, *, state_dtype_bytes: int 
     return OPTIMIZER_STATE_BYTES[optimizer] * numel * state_dtype_bytes // 4
 
 
+#: Optimizer kind -> the temporaries its step allocates, in tensors of the state dtype: (per element
+#: of all its tensors with the multi-tensor "foreach" path, per element of its largest tensor with the
+#: one-tensor-at-a-time path). Adam's one-tensor step makes ``exp_avg_sq.sqrt()`` and its quotient by
+#: the bias correction (two temporaries); its foreach step one square root over every tensor;
+#: RMSprop, Adagrad and Lion one; SGD updates in place.
+OPTIMIZER_STEP_TEMPORARIES: dict[str, tuple[int, int]] = {
+    "adamw": (1, 2),
+    "adam": (1, 2),
+    "sgd": (0, 0),
+    "sgd_momentum": (0, 0),
+    "rmsprop": (1, 1),
+    "adagrad": (1, 1),
+    "lion": (1, 1),
+    "none": (0, 0),
+}
+
+#: Device types on which torch's optimizers default to their foreach path (elsewhere, e.g. on CPU,
+#: they step one tensor at a time).
+FOREACH_DEVICE_TYPES = ("cuda", "xpu", "hpu", "mtia")
+
+
+def optimizer_step_bytes(
+    optimizer: str, tensors: list[int], *, device_type: str = "cuda", state_dtype_bytes: int = 4
+) -> int:
+    """Bytes the optimizer step allocates for a moment, over trainable tensors of ``tensors`` elements.
+
+    torch's optimizers take their foreach path on CUDA-like devices (temporaries for every tensor
+    at once) and step one tensor at a time elsewhere (temporaries for the largest tensor only).
+    They exist while the step runs, after backward freed the activations, so
+    :attr:`MemoryEstimate.total` counts the larger of the two.
+
+    Raises:
+        MisconfigurationError: Unknown optimizer kind; names the valid ones.
+    """
+    optimizer_state_bytes(optimizer, 0)  # the one place that names the valid kinds
+    foreach, single = OPTIMIZER_STEP_TEMPORARIES[optimizer]
+    if not tensors:
+        return 0
+    if device_type in FOREACH_DEVICE_TYPES:
+        return foreach * sum(tensors) * state_dtype_bytes
+    return single * max(tensors) * state_dtype_bytes
+
+
 def shard(numel: int, ranks: int) -> int:
     """Elements one rank holds when ``numel`` is split over ``ranks`` (rounded up, as libraries pad)."""
     return math.ceil(numel / max(1, ranks))
@@ -197,6 +241,8 @@ class MemoryRequest:
         num_nodes: Nodes.
         precision: Canonical precision name (``"bf16-mixed"``).
         optimizer: Optimizer kind, a key of :data:`OPTIMIZER_STATE_BYTES`.
+        device_type: The ranks' device type (``"cuda"``, ``"cpu"``): it decides whether torch's
+            optimizers step all tensors at once or one at a time (:func:`optimizer_step_bytes`).
     """
 
     strategy: str
@@ -207,6 +253,7 @@ class MemoryRequest:
     num_nodes: int = 1
     precision: str = "32-true"
     optimizer: str = "adamw"
+    device_type: str = "cuda"
 
     @property
     def world_size(self) -> int:
@@ -228,8 +275,12 @@ class MemoryEstimate:
         gradients: Gradients held between backward and the step.
         optimizer_states: Optimizer state and float32 master weights a library keeps for the step.
         activations: Tensors saved for backward for the sample input; ``None`` when not asked.
-        other: Buffers, communication buckets and the largest gathered unit: transient or fixed
-            costs the library allocates itself.
+        other: Buffers and communication buckets the library keeps for the whole run.
+        transient: What exists only during forward and backward, like activations: gathered
+            sharding units, unsharded gradients before their reduce-scatter, backward-only
+            reduce buckets. Freed before the optimizer step.
+        step: The optimizer step's temporaries (:func:`optimizer_step_bytes`), which exist
+            while ``activations`` and ``transient`` are freed.
         cpu: Bytes this rank keeps in host memory when offloading.
         nvme: Bytes this rank keeps on NVMe.
         layout: How the state is spread, in words (``"sharded over 8"``, ``"dp=2 x tp=4"``).
@@ -241,15 +292,29 @@ class MemoryEstimate:
     optimizer_states: int
     activations: int | None = None
     other: int = 0
+    transient: int = 0
+    step: int = 0
     cpu: int = 0
     nvme: int = 0
     layout: str = ""
     notes: tuple[str, ...] = field(default=())
 
     @property
+    def steady(self) -> int:
+        """What the rank holds throughout a step: weights, gradients, optimizer state, ``other``."""
+        return self.parameters + self.gradients + self.optimizer_states + self.other
+
+    @property
     def total(self) -> int:
-        """Per-rank device bytes: every part plus activations when known."""
-        return self.parameters + self.gradients + self.optimizer_states + (self.activations or 0) + self.other
+        """The per-rank peak: :attr:`steady` plus the larger of backward's working set
+        (activations when known, plus :attr:`transient`) and the optimizer step's :attr:`step`."""
+        return self.steady + max((self.activations or 0) + self.transient, self.step)
+
+    @property
+    def peak_other(self) -> int:
+        """:attr:`total` less weights, gradients, optimizer state and activations: the buffers,
+        gathered units or optimizer temporaries that make up the rest of the peak."""
+        return self.total - self.parameters - self.gradients - self.optimizer_states - (self.activations or 0)
 
     def fits(self, device_bytes: int) -> bool:
         """Whether :attr:`total` fits in ``device_bytes``."""
@@ -350,12 +415,16 @@ def replicated_estimate(request: MemoryRequest, *, layout: str, other: int = 0, 
     precision halves it too; ``other`` adds library buffers (DDP's gradient buckets).
     """
     model, size = request.model, request.bytes
+    trainable = [p.numel for p in model.parameters if p.requires_grad]
     return MemoryEstimate(
         parameters=model.numel * size.weights,
         gradients=model.trainable_numel * size.gradients,
         optimizer_states=optimizer_state_bytes(request.optimizer, model.trainable_numel, state_dtype_bytes=size.weights),
         activations=activation_estimate(request),
         other=model.buffer_bytes + other,
+        step=optimizer_step_bytes(
+            request.optimizer, trainable, device_type=request.device_type, state_dtype_bytes=size.weights
+        ),
         layout=layout,
         notes=notes,
     )

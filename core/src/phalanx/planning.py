@@ -122,8 +122,13 @@ def plan_strategies(
     optimizer: str,
     device_memory: int | None = None,
     init_params: Mapping[str, Mapping[str, Any]] | None = None,
+    device_type: str = "cuda",
 ) -> PlanReport:
-    """Ask the hook for each name; ``init_params`` overrides a name's registered params."""
+    """Ask the hook for each name; ``init_params`` overrides a name's registered params.
+
+    ``device_type`` is the ranks' device type (:attr:`MemoryRequest.device_type`): ``phalanx plan``
+    plans for CUDA; ``Trainer.plan`` passes its own devices' type.
+    """
     rows = []
     for name in names:
         entry = StrategyRegistry.entry(name)
@@ -137,6 +142,7 @@ def plan_strategies(
             num_nodes=num_nodes,
             precision=precision,
             optimizer=optimizer,
+            device_type=device_type,
         )
         found = estimate_memory(request)
         fits = None if found is None or device_memory is None else found.fits(device_memory)
@@ -167,9 +173,9 @@ def advise(report: PlanReport) -> tuple[str, ...]:
         if needed > world:
             nodes = -(-int(needed) // report.devices)
             tips.append(f"more ranks: about {int(needed) + 1} ({nodes} nodes of {report.devices}) for {best.strategy}")
-    if best.estimate.other > report.device_memory // 2:
+    if best.estimate.peak_other > report.device_memory // 2:
         tips.append(
-            f"OTHER ({format_bytes(best.estimate.other)}, gathered units / buckets) dominates: gather per "
+            f"OTHER ({format_bytes(best.estimate.peak_other)}, gathered units / buckets) dominates: gather per "
             "block (fsdp auto_wrap_policy)"
         )
     if not any(row.strategy.endswith("offload") for row in answered):
@@ -196,8 +202,9 @@ _FOLDED = re.compile(r" \(\+\d+\)")
 _LEGEND = (
     "PARAMS GRADS OPTIM: weights, gradients, optimizer state (and fp32 master weights) one rank keeps",
     "ACTIV: saved for backward, one --input-shape micro-batch; FITS: TOTAL against --device-memory",
-    "OTHER: transient buffers: ddp gradient buckets; deepspeed reduce buckets + the largest gathered "
-    "layer; fsdp the largest unit gathered at once (the whole model without an auto_wrap_policy)",
+    "OTHER: the rest of TOTAL: ddp gradient buckets; deepspeed reduce buckets + the largest gathered "
+    "layer; fsdp the largest unit gathered at once (the whole model without an auto_wrap_policy); "
+    "or the optimizer step's temporaries when they are larger",
     "HOST: what offloading keeps in CPU memory (cpu:) or on NVMe (nvme:), not on the device",
 )
 
@@ -297,7 +304,7 @@ def render(report: PlanReport, *, width: int | None = None) -> str:
             continue
         est = row.estimate
         values = dict(
-            zip(_NUMBERS, (est.parameters, est.gradients, est.optimizer_states, est.activations, est.other, est.total))
+            zip(_NUMBERS, (est.parameters, est.gradients, est.optimizer_states, est.activations, est.peak_other, est.total))
         )
         fits = "-" if row.fits is None else ("yes" if row.fits else "NO")
         cells = "".join(_cell(values[c]).ljust(_CELL) for c in columns)

@@ -56,4 +56,5 @@ def test_ft_hsdp_registered_and_planned_as_shards_like_fsdp() -> None:
     ft, full = planned("ft_hsdp", width=64, devices=2), _float32_bytes(64)
     assert ft is not None
     assert (ft.parameters, ft.gradients, ft.optimizer_states) == (full // 2, full // 2, full)  # a shard per rank
-    assert ft.other > ft.gradients  # the gathered unit and the flat shard torchft all-reduces
+    assert ft.other == ft.gradients  # the flat shard torchft all-reduces
+    assert ft.transient == 2 * full  # the whole model (one unit) gathered, with its unsharded gradients

@@ -135,4 +135,13 @@ def plan_run(
         optimizer=optimizer,
         device_memory=None if device_memory is None else parse_bytes(device_memory),
         init_params={trainer.strategy_name: params},
+        device_type=_device_type(trainer),
     )
+
+
+def _device_type(trainer: Any) -> str:
+    """The type of the devices the run would use (``"cpu"``, ``"cuda"``); CUDA when not yet known."""
+    try:
+        return str(trainer.strategy.root_device.type)
+    except Exception:  # a strategy that cannot say before launch: plan for CUDA
+        return "cuda"

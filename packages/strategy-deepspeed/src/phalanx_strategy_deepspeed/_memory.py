@@ -6,10 +6,16 @@ its partition (4Φ/N) with its state (8Φ/N for Adam):
 
 - stage 0/1: module weights and gradients whole (cΦ each); stage 0 keeps whole masters too.
 - stage 2: weights whole; gradients as a c-typed partition plus the float32 partition gradient
-  the step reads (cΦ/N + 4Φ/N); ``other`` counts the reduce buckets that exist during backward
-  (``reduce_bucket_size`` elements, twice with ``overlap_comm``).
+  the step reads (cΦ/N + 4Φ/N); ``transient`` counts the reduce buckets of backward
+  (``reduce_bucket_size`` elements, twice with ``overlap_comm``) and the module gradients waiting
+  for a bucket's reduction (up to one bucket's worth: measured, the whole model's under a bucket
+  larger than it).
 - stage 3: weights partitioned (cΦ/N) and float32 partition gradients (4Φ/N); ``other`` is the
-  persistent reduce bucket plus the largest layer gathered at a time.
+  persistent reduce bucket, ``transient`` the largest block gathered at a time with its
+  gradients before their reduce-scatter.
+
+The optimizer steps the flat float32 partition (one tensor per parameter group) from stage 1
+on, the module's own parameters at stage 0: its temporaries are ``step``.
 
 ``offload_optimizer`` moves masters, their gradients and state to CPU (or NVMe);
 ``offload_parameters`` moves the stage-3 weight partitions too.
@@ -19,7 +25,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from phalanx.memory import MemoryEstimate, MemoryRequest, activation_estimate, optimizer_state_bytes, shard
+from phalanx.memory import (
+    MemoryEstimate,
+    MemoryRequest,
+    activation_estimate,
+    optimizer_state_bytes,
+    optimizer_step_bytes,
+    shard,
+)
 from phalanx_strategy_deepspeed._config import TUNING_DEFAULTS
 
 __all__ = ["TARGET", "estimate"]
@@ -47,22 +60,28 @@ def estimate(request: MemoryRequest) -> MemoryEstimate | None:
     masters = 4 * (numel if stage == 0 else part)
     states = masters + (adam if stage else optimizer_state_bytes(request.optimizer, numel))
     bucket = int(params.get("reduce_bucket_size", TUNING_DEFAULTS["reduce_bucket_size"])) * compute
+    stepped = [p.numel for p in request.model.parameters if p.requires_grad] if stage == 0 else [part]
+    step = optimizer_step_bytes(request.optimizer, stepped, device_type=request.device_type)
     notes: list[str] = []
+    other = transient = 0
     if stage <= 1:
-        weights, gradients, other = compute * request.model.numel, compute * numel + 4 * part, 0
+        weights, gradients = compute * request.model.numel, compute * numel + 4 * part
     elif stage == 2:
         weights, gradients = compute * request.model.numel, (compute + 4) * part
         overlap = bool(params.get("overlap_comm", TUNING_DEFAULTS["overlap_comm"]))
-        other = bucket * (2 if overlap else 1)
-        notes.append(f"other: {'2 reduce buckets' if overlap else 'reduce bucket'} during backward")
+        elements = int(params.get("reduce_bucket_size", TUNING_DEFAULTS["reduce_bucket_size"]))
+        transient = bucket * (2 if overlap else 1) + compute * min(numel, elements)
+        notes.append(
+            f"transient: {'2 reduce buckets' if overlap else 'reduce bucket'} and the gradients waiting for one"
+        )
     else:
         weights, gradients = compute * shard(request.model.numel, ranks), 4 * part
-        other = bucket + compute * request.model.largest_block
-        notes.append("other: reduce bucket + largest gathered layer")
+        other, transient = bucket, (compute + 4) * request.model.largest_block
+        notes.append("other: the reduce bucket; transient: the largest gathered block and its gradients")
     cpu = nvme = 0
     if params.get("offload_optimizer"):
         moved = states + 4 * part
-        states, gradients = 0, gradients - 4 * part
+        states, gradients, step = 0, gradients - 4 * part, 0  # the step runs on the host
         if params.get("offload_optimizer_device", "cpu") == "nvme":
             nvme += moved
         else:
@@ -82,6 +101,8 @@ def estimate(request: MemoryRequest) -> MemoryEstimate | None:
         optimizer_states=states,
         activations=activation_estimate(request),
         other=other + request.model.buffer_bytes,
+        transient=transient,
+        step=step,
         cpu=cpu,
         nvme=nvme,
         layout=layout,

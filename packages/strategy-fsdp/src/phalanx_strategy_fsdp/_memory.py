@@ -3,7 +3,8 @@
 ``fully_shard`` splits every parameter along dim 0 (padding it to a multiple of the shard count),
 and gradients and optimizer state follow the parameter's sharding. During forward and backward
 one sharding unit at a time is all-gathered in the compute dtype, and its gradients exist
-unsharded until the reduce-scatter: that working set is ``other``. Without an
+unsharded until the reduce-scatter: that working set is ``transient`` (freed before the optimizer
+step, whose temporaries are per local shard). Without an
 ``auto_wrap_policy`` the whole model is one unit; with ``reshard_after_forward=False`` every unit
 stays gathered from forward to backward. CPU offload keeps the shards in host memory.
 """
@@ -12,7 +13,13 @@ from __future__ import annotations
 
 import math
 
-from phalanx.memory import MemoryEstimate, MemoryRequest, activation_estimate, optimizer_state_bytes
+from phalanx.memory import (
+    MemoryEstimate,
+    MemoryRequest,
+    activation_estimate,
+    optimizer_state_bytes,
+    optimizer_step_bytes,
+)
 
 __all__ = ["TARGET", "estimate"]
 
@@ -29,25 +36,27 @@ def _shard_count(request: MemoryRequest) -> tuple[int, str]:
 
 
 def estimate(request: MemoryRequest) -> MemoryEstimate | None:
-    """Shards of weights, gradients and optimizer state; the gathered unit as ``other``."""
+    """Shards of weights, gradients and optimizer state; the gathered unit as ``transient``."""
     if request.target != TARGET:
         return None
     ranks, layout = _shard_count(request)
     size, params = request.bytes, request.model.parameters
     compute = size.activations if size.mixed else size.weights  # FSDP2 gathers in param_dtype
 
-    def local(numel_of: list[tuple[int, ...]]) -> int:
-        return sum(math.ceil(shape[0] / ranks) * math.prod(shape[1:]) if shape else 1 for shape in numel_of)
+    def one(shape: tuple[int, ...]) -> int:
+        return math.ceil(shape[0] / ranks) * math.prod(shape[1:]) if shape else 1
 
-    weights = local([p.shape for p in params]) * size.weights
-    trainable = local([p.shape for p in params if p.requires_grad])
+    weights = sum(one(p.shape) for p in params) * size.weights
+    shards = [one(p.shape) for p in params if p.requires_grad]
+    trainable = sum(shards)
+    step = optimizer_step_bytes(request.optimizer, shards, device_type=request.device_type, state_dtype_bytes=size.weights)
     gradients = trainable * size.gradients
     states = optimizer_state_bytes(request.optimizer, trainable, state_dtype_bytes=size.weights)
     wrapped = request.init_params.get("auto_wrap_policy") is not None
     keep_gathered = request.init_params.get("reshard_after_forward", True) is False
     unit = request.model.largest_block if wrapped and not keep_gathered else request.model.numel
     working = unit * (compute + size.gradients)
-    notes = [f"other: {'largest wrapped unit' if unit != request.model.numel else 'whole model (one unit)'} gathered"]
+    notes = [f"transient: {'largest wrapped unit' if unit != request.model.numel else 'whole model (one unit)'} gathered"]
     if request.init_params.get("cpu_offload"):
         notes.append("shards of weights, gradients and optimizer state in CPU memory")
         return MemoryEstimate(
@@ -55,7 +64,8 @@ def estimate(request: MemoryRequest) -> MemoryEstimate | None:
             gradients=0,
             optimizer_states=0,
             activations=activation_estimate(request),
-            other=request.model.buffer_bytes + working,
+            other=request.model.buffer_bytes,
+            transient=working,
             cpu=weights + gradients + states,
             layout=layout + ", CPU offload",
             notes=tuple(notes),
@@ -65,7 +75,9 @@ def estimate(request: MemoryRequest) -> MemoryEstimate | None:
         gradients=gradients,
         optimizer_states=states,
         activations=activation_estimate(request),
-        other=request.model.buffer_bytes + working,
+        other=request.model.buffer_bytes,
+        transient=working,
+        step=step,
         layout=layout,
         notes=tuple(notes),
     )

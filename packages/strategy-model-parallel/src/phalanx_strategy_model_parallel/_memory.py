@@ -16,7 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from phalanx.memory import MemoryEstimate, MemoryRequest, activation_estimate, optimizer_state_bytes, shard
+from phalanx.memory import (
+    MemoryEstimate,
+    MemoryRequest,
+    activation_estimate,
+    optimizer_state_bytes,
+    optimizer_step_bytes,
+    shard,
+)
 
 __all__ = ["TARGET", "estimate", "mesh_sizes"]
 
@@ -52,7 +59,8 @@ def estimate(request: MemoryRequest) -> MemoryEstimate | None:
     local = shard(request.model.numel, ranks)
     trainable = shard(request.model.trainable_numel, ranks)
     compute = size.activations if size.mixed else size.weights
-    notes = ["assumes configure_model splits every layer over tp", "other: one block slice gathered by FSDP"]
+    notes = ["assumes configure_model splits every layer over tp", "transient: one block slice gathered by FSDP"]
+    shards = [shard(p.numel, ranks) for p in request.model.parameters if p.requires_grad]
     if dp * cp * tp * pp != request.world_size:
         notes.insert(0, f"mesh {dp}x{cp}x{tp}x{pp} != world size {request.world_size}: the run would refuse it")
     if cp > 1:
@@ -67,7 +75,9 @@ def estimate(request: MemoryRequest) -> MemoryEstimate | None:
         gradients=trainable * size.gradients,
         optimizer_states=optimizer_state_bytes(request.optimizer, trainable, state_dtype_bytes=size.weights),
         activations=activation_estimate(request, divisor=tp * cp),
-        other=request.model.buffer_bytes + shard(request.model.largest_block, tp) * (compute + size.gradients),
+        other=request.model.buffer_bytes,
+        transient=shard(request.model.largest_block, tp) * (compute + size.gradients),
+        step=optimizer_step_bytes(request.optimizer, shards, device_type=request.device_type, state_dtype_bytes=size.weights),
         layout=layout,
         notes=tuple(notes),
     )

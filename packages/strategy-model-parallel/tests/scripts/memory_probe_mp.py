@@ -8,7 +8,8 @@ Linear and the stack over ``data_parallel``: the plan the estimator assumes.
 
 The counting is core's probe's own (:class:`~phalanx.testing.memory_probe.Measure`): every live
 tensor storage once by data pointer, a DTensor through its local shard, split into parameters,
-gradients and optimizer state after the second step, and the peak at that step's hooks. Rank r
+gradients and optimizer state after the second step, the peak at that step's hooks, and the step's
+true peak (``tracked_peak``, torch's MemTracker through :class:`~phalanx.testing.memory_probe.PeakTracker`). Rank r
 writes ``OUT/w<WIDTH>-dp<DP>-tp<TP>-rank<r>.json``.
 """
 
@@ -26,7 +27,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 from torch.utils.data import DataLoader, TensorDataset
 
 import phalanx
-from phalanx.testing.memory_probe import Measure, MeasuredNet, live_storages
+from phalanx.testing.memory_probe import Measure, MeasuredNet, PeakTracker, live_storages
 from phalanx_strategy_model_parallel import ModelParallelStrategy
 
 #: Every Linear of ``MeasuredNet.layers`` split; the last one gathers its output for the loss.
@@ -52,15 +53,19 @@ class TensorParallelNet(MeasuredNet):
 def measure_mesh(out: str, width: int, dp: int, tp: int, data: TensorDataset) -> None:
     """One fit of two steps on a (dp, tp) mesh; this rank's record to ``OUT/w<width>-dp<dp>-tp<tp>-rank<r>.json``."""
     baseline = set(live_storages())
-    model, measure = TensorParallelNet(width), Measure(baseline)
+    tracker = PeakTracker().__enter__()
+    model, measure = TensorParallelNet(width), Measure(baseline, tracker)
     strategy = ModelParallelStrategy(data_parallel_size=dp, tensor_parallel_size=tp)
     trainer = phalanx.Trainer(accelerator="cpu", strategy=strategy, devices=dp * tp, max_steps=2, callbacks=[measure],
                               logger=False, enable_checkpointing=False, enable_progress_bar=False)
-    trainer.fit(model, DataLoader(data, batch_size=4))
-    record = {**measure.result, "peak": measure.peak, "world_size": trainer.world_size}
+    try:
+        trainer.fit(model, DataLoader(data, batch_size=4))
+    finally:
+        tracker.__exit__(None, None, None)
+    record = {**measure.result, "peak": measure.peak, "tracked_peak": measure.tracked[0], "world_size": trainer.world_size}
     with open(os.path.join(out, f"w{width}-dp{dp}-tp{tp}-rank{trainer.global_rank}.json"), "w") as handle:
         json.dump(record, handle)
-    del trainer, model, measure, strategy
+    del trainer, model, measure, strategy, tracker
     gc.collect()
 
 

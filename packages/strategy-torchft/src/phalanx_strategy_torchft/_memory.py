@@ -1,5 +1,6 @@
 """What one rank holds: ``ft_ddp`` a full replica plus DDP's gradient buckets (as in ddp);
-``ft_hsdp`` the FSDP2 shards of its group plus one gathered unit and the flat gradient buffer.
+``ft_hsdp`` the FSDP2 shards of its group plus the flat gradient buffer, and one gathered unit in
+forward and backward (``transient``); the optimizer's temporaries are per local shard (``step``).
 
 torchft adds a copy of the state only while a peer heals from this rank (the state it serves),
 which is transient and not counted. A request's world is one replica group (the Trainer's world).
@@ -14,6 +15,7 @@ from phalanx.memory import (
     MemoryRequest,
     activation_estimate,
     optimizer_state_bytes,
+    optimizer_step_bytes,
     replicated_estimate,
 )
 
@@ -43,11 +45,12 @@ def _sharded(request: MemoryRequest) -> MemoryEstimate:
     """FSDP2 splits dim 0 over the group's ranks; gradients and optimizer state follow the shards."""
     ranks, size, params = request.world_size, request.bytes, request.model.parameters
 
-    def local(shapes: list[tuple[int, ...]]) -> int:
-        return sum(math.ceil(shape[0] / ranks) * math.prod(shape[1:]) if shape else 1 for shape in shapes)
+    def one(shape: tuple[int, ...]) -> int:
+        return math.ceil(shape[0] / ranks) * math.prod(shape[1:]) if shape else 1
 
-    weights = local([p.shape for p in params])
-    trainable = local([p.shape for p in params if p.requires_grad])
+    weights = sum(one(p.shape) for p in params)
+    shards = [one(p.shape) for p in params if p.requires_grad]
+    trainable = sum(shards)
     wrapped = bool(request.init_params.get("auto_wrap_policy"))
     unit = request.model.largest_block if wrapped else request.model.numel
     gathered = unit * (size.weights + size.gradients)
@@ -57,10 +60,12 @@ def _sharded(request: MemoryRequest) -> MemoryEstimate:
         gradients=trainable * size.gradients,
         optimizer_states=optimizer_state_bytes(request.optimizer, trainable, state_dtype_bytes=size.weights),
         activations=activation_estimate(request),
-        other=request.model.buffer_bytes + gathered + flat,
+        other=request.model.buffer_bytes + flat,
+        transient=gathered,
+        step=optimizer_step_bytes(request.optimizer, shards, device_type=request.device_type, state_dtype_bytes=size.weights),
         layout=f"sharded x{ranks} in each replica group, replicated across groups",
         notes=(
-            f"other: {'largest wrapped unit' if wrapped else 'whole model (one unit)'} gathered, "
-            "plus the flat gradient shard torchft all-reduces",
+            f"transient: {'largest wrapped unit' if wrapped else 'whole model (one unit)'} gathered; "
+            "other: the flat gradient shard torchft all-reduces",
         ),
     )
