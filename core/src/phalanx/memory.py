@@ -371,7 +371,9 @@ def format_bytes(value: int | None) -> str:
     amount = float(value)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(amount) < 1024 or unit == "TiB":
-            return f"{amount:.0f} {unit}" if unit == "B" else f"{amount:.3g} {unit}"
+            if unit == "B" or amount >= 999.5:  # three significant digits would print 1.01e+03
+                return f"{amount:.0f} {unit}"
+            return f"{amount:.3g} {unit}"
         amount /= 1024
     return f"{amount:.3g} TiB"  # pragma: no cover - loop always returns
 
