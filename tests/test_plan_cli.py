@@ -180,3 +180,31 @@ def test_trainer_dry_run_refuses_a_non_module() -> None:
     trainer = phalanx.Trainer(accelerator="cpu", strategy="single_device", devices=1, logger=False)
     with pytest.raises(MisconfigurationError, match="needs a torch.nn.Module"):
         trainer.plan(object())
+
+
+def test_param_and_activation_checkpointing_reach_the_estimate(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--param`` passes strategy arguments (model_parallel's mesh sizes) and
+    ``--activation-checkpointing`` the policy: context parallel 2 halves the activations, full
+    checkpointing lowers them, and the other parts follow the mesh."""
+
+    def activations(*extra: str) -> dict[str, int]:
+        code, out, err = plan(
+            capsys, f"{EXAMPLES}:build_1_3b", "--devices", "8", "--strategy", "model_parallel",
+            "--input-shape", "1,2048", "--json", "--param", "tensor_parallel_size=2", *extra,
+        )  # fmt: skip
+        assert code == 0, err
+        return json.loads(out)["strategies"][0]["estimate"]
+
+    plain = activations()
+    halved = activations("--param", "context_parallel_size=2")
+    checkpointed = activations("--activation-checkpointing", "full")
+    assert abs(halved["activations"] - plain["activations"] / 2) <= 1, (plain, halved)
+    assert "cp=2" in halved["layout"]
+    assert checkpointed["activations"] < plain["activations"] / 4, (plain, checkpointed)
+    assert checkpointed["parameters"] == plain["parameters"]
+
+
+def test_a_param_without_a_value_is_one_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = plan(capsys, f"{EXAMPLES}:build_1_3b", "--param", "context_parallel_size")
+    assert code == 2 and not out
+    assert "--param 'context_parallel_size' is not KEY=VALUE" in err and "Fix: e.g. --param" in err

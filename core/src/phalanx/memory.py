@@ -332,11 +332,14 @@ def checkpointing_mode(request: MemoryRequest) -> str | None:
     """``"full"``, ``"selective"`` or None: the request's ``activation_checkpointing_policy``.
 
     Read from the strategy's init params as the user passed them: a set of block classes (full,
-    Lightning's form) or an object with a ``mode`` (``phalanx.utilities.ActivationCheckpointing``).
+    Lightning's form), an object with a ``mode`` (``phalanx.utilities.ActivationCheckpointing``),
+    or the mode's name (``phalanx plan --activation-checkpointing``).
     """
     policy = request.init_params.get("activation_checkpointing_policy")
     if policy is None or policy is False:
         return None
+    if policy in ("full", "selective"):  # `phalanx plan --activation-checkpointing`
+        return str(policy)
     return str(getattr(policy, "mode", "full"))
 
 

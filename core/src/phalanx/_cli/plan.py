@@ -94,6 +94,33 @@ def _input_shape(value: str | None) -> tuple[int, ...] | None:
     return shape
 
 
+def _params(pairs: list[str] | None, checkpointing: str | None) -> dict[str, Any]:
+    """``--param KEY=VALUE`` (a Python literal, else the text) and ``--activation-checkpointing``
+    as strategy init params for every planned name.
+
+    Raises:
+        MisconfigurationError: A pair without ``=`` or with an empty key; names an example.
+    """
+    import ast
+
+    params: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.strip().isidentifier():
+            msg = (
+                f"--param {pair!r} is not KEY=VALUE with KEY an argument name. "
+                "Fix: e.g. --param context_parallel_size=2 --param data_parallel_replicate_size=2."
+            )
+            raise MisconfigurationError(msg)
+        try:
+            params[key.strip()] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            params[key.strip()] = text
+    if checkpointing is not None:
+        params["activation_checkpointing_policy"] = checkpointing
+    return params
+
+
 def _names(args: argparse.Namespace) -> list[str]:
     from phalanx.registry import StrategyRegistry
 
@@ -151,6 +178,7 @@ def run_plan(args: argparse.Namespace) -> int:
         optimizer_state_bytes(args.optimizer, 0)
         shape = _input_shape(args.input_shape)
         names = _names(args)
+        params = _params(args.param, args.activation_checkpointing)
         from phalanx.model_shapes import build_on_meta, summarize_model
         from phalanx.planning import plan_strategies
 
@@ -165,6 +193,7 @@ def run_plan(args: argparse.Namespace) -> int:
             precision=precision,
             optimizer=args.optimizer,
             device_memory=device_memory,
+            init_params=dict.fromkeys(names, params) if params else None,
         )
     except PhalanxError as err:
         print_error("phalanx plan: error", str(err), fix="see `phalanx plan --help`.")
@@ -205,6 +234,17 @@ def add_plan_parser(sub: Any) -> None:
     plan.add_argument("--input-shape", metavar="SHAPE", help="one micro-batch per rank, e.g. 1,2048: adds activations")
     plan.add_argument(
         "--input-dtype", metavar="DTYPE", help="dtype of that input (default int64 after an Embedding, else float32)"
+    )
+    plan.add_argument(
+        "--param",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a strategy argument for every planned name, e.g. context_parallel_size=2 (repeatable)",
+    )
+    plan.add_argument(
+        "--activation-checkpointing",
+        choices=["full", "selective"],
+        help="plan with activation checkpointing of the repeated blocks (needs --input-shape to matter)",
     )
     plan.add_argument(
         "--json", action="store_true", help="print the plan as one JSON object (model, strategies, advice)"

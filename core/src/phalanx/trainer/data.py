@@ -36,6 +36,7 @@ __all__ = [
     "reload_train_loader",
     "resolve_loaders",
     "set_sampler_epoch",
+    "with_last",
 ]
 
 _REBUILD_SKIP = {"dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"}
@@ -271,3 +272,15 @@ def reload_train_loader(run: Run) -> Any:
         return None
     loaders = resolve_loaders(run, None, "train_dataloader", "train_dataloaders", multiple=False)
     return loaders[0] if loaders else None
+
+
+def with_last(iterator: Iterator[Any]) -> Iterator[tuple[Any, bool]]:
+    """Yield ``(batch, is_last)`` with one batch of lookahead (for loaders without a length)."""
+    try:
+        previous = next(iterator)
+    except StopIteration:
+        return
+    for item in iterator:
+        yield previous, False
+        previous = item
+    yield previous, True

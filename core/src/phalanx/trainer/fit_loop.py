@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from phalanx.errors import MisconfigurationError
 from phalanx.strategies import Strategy
 from phalanx.trainer._resume import Regrouped, needs_regroup, record_position, regroup_resumed_epoch
 from phalanx.trainer.checkpointing import capture_rng, restore_rng
@@ -25,9 +24,13 @@ from phalanx.trainer.data import (
     prepare_loader,
     reload_train_loader,
     set_sampler_epoch,
+    with_last,
 )
 from phalanx.trainer.preemption import Preemption
+from phalanx.trainer.sanity_check import run_sanity_check
+from phalanx.trainer.schedulers import step_schedulers
 from phalanx.trainer.step import direct_step, run_automatic, run_direct, takes_batch_idx
+from phalanx.trainer.val_schedule import should_validate, val_check_batch
 from phalanx.trainer_view import RunningStage
 from phalanx.utilities.model_helpers import is_overridden
 
@@ -40,18 +43,6 @@ __all__ = ["FitLoop"]
 #: Work done for the last completed batch: its training ("train"), its validation check ("val"),
 #: or the epoch-end hooks ("epoch_end", only the epoch schedulers remain).
 PHASES = ("train", "val", "epoch_end")
-
-
-def _with_last(iterator: Iterator[Any]) -> Iterator[tuple[Any, bool]]:
-    """Yield ``(batch, is_last)`` with one batch of lookahead (for loaders without a length)."""
-    try:
-        previous = next(iterator)
-    except StopIteration:
-        return
-    for item in iterator:
-        yield previous, False
-        previous = item
-    yield previous, True
 
 
 class FitLoop:
@@ -164,26 +155,7 @@ class FitLoop:
         self._generators = generators_of(self.dataloader)
         total = num_batches(self.dataloader)
         self.num_batches = limit_batches(config.limit_train_batches, total, name="limit_train_batches")
-        interval = config.val_check_interval
-        if isinstance(interval, int):
-            if config.check_val_every_n_epoch is not None and interval > self.num_batches:
-                msg = (
-                    f"Trainer(val_check_interval={interval}) is larger than the {int(self.num_batches)} training "
-                    "batches of an epoch. Pass a smaller value, or check_val_every_n_epoch=None to count batches "
-                    "across epochs; to disable validation use limit_val_batches=0."
-                )
-                raise MisconfigurationError(msg)
-            self.val_check_batch = float(interval)
-        elif math.isinf(self.num_batches):
-            if interval != 1.0:
-                msg = (
-                    f"Trainer(val_check_interval={interval}) is a fraction of an epoch, but the training dataloader "
-                    "has no length. Pass an int number of batches instead."
-                )
-                raise MisconfigurationError(msg)
-            self.val_check_batch = math.inf
-        else:
-            self.val_check_batch = float(max(1, int(self.num_batches * interval)))
+        self.val_check_batch = val_check_batch(config, self.num_batches)
 
     def estimated_stepping_batches(self, config: TrainerConfig, factor_at: Callable[[int], int] | None = None) -> float:
         """Optimizer steps a fit with ``config`` takes from the start (see ``Trainer.estimated_stepping_batches``).
@@ -220,7 +192,7 @@ class FitLoop:
     def run(self, run: Run) -> None:
         """Train until done (after the sanity validation)."""
         config = run.config
-        self.run_sanity_check(run)
+        run_sanity_check(run, self._generators)
         if self.num_batches == 0:
             warnings.warn("Trainer(limit_train_batches=0): no training batches, training is skipped.", stacklevel=2)
             return
@@ -248,31 +220,6 @@ class FitLoop:
                     self.run_epoch(run)
         run.hooks.call("on_train_end")
         run.strategy.on_train_end()
-
-    def run_sanity_check(self, run: Run) -> None:
-        """Validate ``num_sanity_val_steps`` batches per dataloader before training, to fail fast.
-
-        Lightning's sanity check: callbacks see ``trainer.sanity_checking``; nothing is logged,
-        the metrics and the random streams are as before, so training computes what it would without it.
-        """
-        limit = run.config.num_sanity_val_steps
-        if not limit or not run.has_validation:
-            return
-        hooks, metrics = run.hooks, run.metrics
-        saved = (dict(metrics.callback_metrics), dict(metrics.progress_bar), capture_rng(self._generators))
-        run.stage = RunningStage.SANITY_CHECKING
-        try:
-            hooks.call_callbacks("on_sanity_check_start")
-            run.val_loop.run(run, max_batches=limit, stage=RunningStage.SANITY_CHECKING)
-            hooks.call_callbacks("on_sanity_check_end")
-        finally:
-            run.stage = RunningStage.TRAINING
-            metrics.callback_metrics.clear()
-            metrics.callback_metrics.update(saved[0])
-            metrics.progress_bar.clear()
-            metrics.progress_bar.update(saved[1])
-            restore_rng(saved[2], self._generators)
-            run.val_loop.has_run = False
 
     def _reload_dataloader(self, run: Run) -> None:
         """``reload_dataloaders_every_n_epochs``: ask the hook for the training data again."""
@@ -333,7 +280,7 @@ class FitLoop:
         # the direct step, which never accumulates, serves the epochs without it.
         self._direct = self._direct_candidate if self.accumulate_grad_batches == 1 else None
         sized = not math.isinf(self.num_batches)
-        lookahead = None if sized else _with_last(iterator)
+        lookahead = None if sized else with_last(iterator)
         batch_idx = start
         while batch_idx < self.num_batches:
             if config.max_steps != -1 and self.global_step >= config.max_steps:
@@ -394,7 +341,7 @@ class FitLoop:
             if step_now:
                 self.global_step += 1
                 if strategy.lr_scheduler_configs:
-                    self._step_schedulers(run, "step")
+                    step_schedulers(run, "step", global_step=self.global_step, epoch=self.epoch)
         else:
             hooks.current = "training_step"
             outputs = (
@@ -413,21 +360,13 @@ class FitLoop:
             metrics.log_step_metrics(self.global_step - 1)
         return False
 
-    def _should_validate(self, run: Run, batch_idx: int, is_last: bool) -> bool:
-        if not run.has_validation:
-            return False
-        every = run.config.check_val_every_n_epoch
-        if every is not None and (self.epoch + 1) % every != 0:
-            return False
-        if math.isinf(self.val_check_batch):
-            return is_last
-        current = self.total_batches_done if every is None else batch_idx + 1
-        return current % self.val_check_batch == 0
-
     def _check_validation(self, run: Run, batch_idx: int, is_last: bool) -> None:
         """Run validation when due, without disturbing the training random streams."""
         self.phase = "val"
-        if not self._should_validate(run, batch_idx, is_last):
+        due = should_validate(
+            run, self.val_check_batch, epoch=self.epoch, batch_idx=batch_idx, total=self.total_batches_done, is_last=is_last
+        )
+        if not due:
             return
         if not self.mid_accumulation:
             run.hooks.call_module("on_validation_model_zero_grad")  # free the gradients' memory while validating
@@ -454,35 +393,8 @@ class FitLoop:
                 hook(trainer, module)
             metrics.write_epoch()
             hooks.current = None
-        self._step_schedulers(run, "epoch")
+        step_schedulers(run, "epoch", global_step=self.global_step, epoch=self.epoch)
         self.epoch += 1
         self.batches_done = 0
         self._regrouped = None
         self.phase = "train"
-
-    def _step_schedulers(self, run: Run, interval: str) -> None:
-        configs = run.strategy.lr_scheduler_configs
-        if not configs or not run.module.automatic_optimization:
-            return
-        callback_metrics = run.metrics.callback_metrics
-        for config in configs:
-            if config.interval != interval:
-                continue
-            index = self.global_step if interval == "step" else self.epoch + 1
-            if index % config.frequency:
-                continue
-            if config.reduce_on_plateau:
-                value = callback_metrics.get(config.monitor or "")
-                if value is None:
-                    msg = (
-                        f"ReduceLROnPlateau monitors {config.monitor!r}, which was not logged; logged metrics: "
-                        f"{sorted(callback_metrics)}. Log it with self.log({config.monitor!r}, ...) or "
-                        "set 'strict': False in the scheduler dict."
-                    )
-                    if config.strict:
-                        raise MisconfigurationError(msg)
-                    warnings.warn(msg, stacklevel=2)
-                    continue
-                run.module.lr_scheduler_step(config.scheduler, float(value))
-            else:
-                run.module.lr_scheduler_step(config.scheduler, None)
