@@ -61,19 +61,23 @@ def test_hybrid_mesh_offload_no_reshard_and_activation_checkpointing_match_ddp(r
 def test_sharded_init_builds_a_model_no_rank_holds_in_full(out_dir: Path) -> None:
     """configure_model on the meta device: each rank allocates about half the model, initialised.
 
-    Memory is measured inside each rank as the growth of its resident set from just before the
-    model is built to its peak after setup (``ru_maxrss``), against the model's full float32 size.
+    Memory is measured inside each rank from just before the model is built to the end of setup:
+    the peak of live CPU tensor bytes (torch's memory tracker), against the model's full float32
+    size, and the growth of the resident set (``ru_maxrss``) as a coarse second look.
     """
     run_phalanx("sharded_init.py", str(out_dir))
     for record in read_ranks(out_dir, "init"):
         assert record["built_on_meta"] and record["all_dtensor"]
         full, local = record["full_bytes"], record["local_bytes"]
         assert local == full // 2
+        # The shard is half the model; a rank that held the whole model even for a moment would
+        # reach ``full``. The tracker counts tensors, so the machine's load cannot move it.
+        tracked = record["tracked_cpu_peak"]
+        assert local <= tracked < 0.75 * full, f"tracked peak {tracked / 1e6:.1f} MB, full {full / 1e6:.1f} MB"
+        # The resident set also holds the allocator's and the runtime's pages (35 MB measured here,
+        # 73 MB once on a loaded machine without the peak reset): only a second full copy fails it.
         grown = record["peak_after_setup"] - record["rss_before"]
-        # The shard is half the model (35 MB measured, the peak reset just before the build); a rank
-        # that held the whole model even for a moment would grow by at least ``full``. Without the
-        # reset, an earlier spike counted as growth and a loaded CI machine once measured 73 MB.
-        assert grown < full, f"rank grew by {grown / 1e6:.1f} MB, full model is {full / 1e6:.1f} MB"
+        assert grown < 2 * full, f"rank grew by {grown / 1e6:.1f} MB, full model is {full / 1e6:.1f} MB"
         # nn.Linear's init: uniform(+-1/sqrt(1024)) has std 1/(32*sqrt(3)) ~ 0.018
         assert 0.015 < record["weight_std"] < 0.021
         # bf16-mixed -> MixedPrecisionPolicy: float32 master shards, bfloat16 compute

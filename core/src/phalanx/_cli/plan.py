@@ -244,7 +244,8 @@ def add_plan_parser(sub: Any) -> None:
     plan.add_argument(
         "--activation-checkpointing",
         choices=["full", "selective"],
-        help="plan with activation checkpointing of the repeated blocks (needs --input-shape to matter)",
+        metavar="MODE",
+        help="full or selective: plan with activation checkpointing of the repeated blocks (needs --input-shape)",
     )
     plan.add_argument(
         "--json", action="store_true", help="print the plan as one JSON object (model, strategies, advice)"

@@ -5,7 +5,10 @@ weights) on the meta device, shards them over 2 ranks and trains one bf16-mixed 
 records how much its resident memory grew from just before building the model to its peak after
 setup (``ru_maxrss``, which includes every allocation made meanwhile), next to the model's full size.
 The peak is reset just before the build (``/proc/self/clear_refs``), so an earlier spike (imports,
-process-group setup) is not counted as growth.
+process-group setup) is not counted as growth. The resident set also moves with the allocator and
+the machine's load, so the tensors themselves are counted too: torch's memory tracker, entered just
+before the build, records the peak of live CPU tensor bytes until setup ends (deterministic; a rank
+that materialised the whole model even for a moment would reach ``full``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader, TensorDataset
 
 import phalanx
+from phalanx.testing.memory_probe import PeakTracker
 from phalanx_strategy_fsdp import FSDPStrategy
 
 WIDTH, DEPTH = 1024, 16
@@ -49,6 +53,7 @@ class Big(phalanx.Module):
         super().__init__()
         self.layers: nn.Sequential | None = None
         self.record: dict[str, Any] = {}
+        self.tracker: PeakTracker | None = None
 
     def configure_model(self) -> None:
         # torch spends ~30 MB once, on the first fully_shard call of a process (lazy imports, dispatch
@@ -56,11 +61,19 @@ class Big(phalanx.Module):
         fully_shard(nn.Linear(2, 2), mesh=self.trainer.strategy.device_mesh)
         _reset_peak_rss()
         self.record["rss_before"] = _rss_bytes()
+        self.tracker = PeakTracker()
+        self.tracker.__enter__()  # left in on_fit_start, once setup has sharded and materialised the model
         self.layers = nn.Sequential(*[nn.Linear(WIDTH, WIDTH) for _ in range(DEPTH)])
         self.record["built_on_meta"] = all(p.is_meta for p in self.layers.parameters())
 
     def on_fit_start(self) -> None:
         self.record["peak_after_setup"] = _peak_rss_bytes()
+        assert self.tracker is not None
+        peak = self.tracker.get_tracker_snapshot("peak")
+        self.tracker.__exit__(None, None, None)
+        self.record["tracked_cpu_peak"] = sum(
+            snap["Total"] for device, snap in peak.items() if torch.device(device).type == "cpu"
+        )
         params = list(self.parameters())
         self.record["full_bytes"] = sum(p.numel() * p.element_size() for p in params)
         self.record["local_bytes"] = sum(
