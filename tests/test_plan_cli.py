@@ -208,3 +208,28 @@ def test_a_param_without_a_value_is_one_error(capsys: pytest.CaptureFixture[str]
     code, out, err = plan(capsys, f"{EXAMPLES}:build_1_3b", "--param", "context_parallel_size")
     assert code == 2 and not out
     assert "--param 'context_parallel_size' is not KEY=VALUE" in err and "Fix: e.g. --param" in err
+
+
+def test_float8_gathers_linear_weights_at_one_byte(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--precision float8``: weights, gradients, optimizer state and activations stay float32
+    (torchao keeps float32 masters and saves float32 inputs); what FSDP2 gathers at once has its
+    Linear weights in float8, one byte each instead of four (no torchao needed to plan)."""
+    from phalanx._cli.plan import load_factory
+    from phalanx.model_shapes import build_on_meta, summarize_model
+
+    def estimate(precision: str) -> dict[str, int]:
+        code, out, err = plan(
+            capsys, f"{EXAMPLES}:build_1_3b", "--devices", "8", "--strategy", "fsdp", "--json", "--precision", precision
+        )
+        assert code == 0, err
+        return json.loads(out)["strategies"][0]["estimate"]
+
+    float32, float8 = estimate("32-true"), estimate("float8")
+    summary = summarize_model(build_on_meta(load_factory(f"{EXAMPLES}:build_1_3b")))
+    # the blocks' Linear weights (0.69 of the model); the embedding, norms and the 50257-wide head
+    # (not a multiple of 16: torchao cannot convert it) stay float32
+    assert 0.6 < summary.float8_numel / summary.numel < 0.8
+    for key in ("parameters", "gradients", "optimizer_states"):
+        assert float8[key] == float32[key]
+    saved = float32["transient"] - float8["transient"]
+    assert saved == 3 * summary.float8_numel  # the whole model is one unit: every Linear weight, 4 -> 1 byte

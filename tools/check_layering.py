@@ -41,7 +41,7 @@ CORE_FORBIDDEN = {"deepspeed", "torch_xla"}
 # the modules below pkg (not pkg/__init__.py); "pkg.__init__" matches only pkg/__init__.py.
 # Entries naming modules that do not exist (yet) are fine: this is the target layout.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundations (torch-free)", ("phalanx.errors", "phalanx._hints", "phalanx._metadata", "phalanx.registry", "phalanx._byte_sizes",
+    ("foundations (torch-free)", ("phalanx.errors", "phalanx._hints", "phalanx._metadata", "phalanx.registry", "phalanx._byte_sizes", "phalanx._optimizer_bytes",
                                   "phalanx.version", "phalanx.trainer_view", "phalanx.hooks", "phalanx.memory")),
     ("helpers", ("phalanx._empty_init", "phalanx._module_hooks", "phalanx.model_shapes", "phalanx.utilities.*")),
     ("contracts", ("phalanx.accelerators", "phalanx.precision", "phalanx.checkpoint_io", "phalanx.environments")),

@@ -117,3 +117,49 @@ def test_preemption_grace_comes_from_the_environment(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv(GRACE_ENV, "soon")
     with pytest.raises(MisconfigurationError, match="PHALANX_PREEMPTION_GRACE='soon'.*Fix"):
         grace_seconds()
+
+
+def _blocks_holding_tensor_classes(types: tuple[type, ...], tensor: Any, event: threading.Event, released: threading.Event) -> None:
+    event.set()
+    released.wait(30)  # like torch's memory tracker's dispatch: its ``types`` argument holds classes
+
+
+def test_a_frame_holding_tensor_classes_is_described_by_its_tensors_only() -> None:
+    """A dispatch mode's ``types`` argument holds tensor classes, whose ``shape`` is a descriptor: once
+    this ended the watchdog thread with a TypeError; classes are skipped, the tensor is named."""
+    import sys
+
+    import torch
+
+    from phalanx.trainer.hang_report import _describe_tensors
+
+    started, released = threading.Event(), threading.Event()
+    args = ((torch.Tensor, torch.nn.Parameter), torch.zeros(2, 3), started, released)
+    thread = threading.Thread(target=_blocks_holding_tensor_classes, args=args, daemon=True)
+    thread.start()
+    try:
+        assert started.wait(5)
+        frame = sys._current_frames()[thread.ident]  # type: ignore[index]
+        while frame.f_code.co_name != "_blocks_holding_tensor_classes":
+            frame = frame.f_back
+        assert _describe_tensors(frame) == ["tensor: float32[2, 3]"]
+    finally:
+        released.set()
+        thread.join(5)
+
+
+def test_a_snapshot_that_cannot_be_read_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever goes wrong while reading a stack, the watchdog's report names it and the thread lives on."""
+    import phalanx.trainer.watchdog as watchdog_module
+
+    def broken(**_: Any) -> dict[str, Any]:
+        raise TypeError("'getset_descriptor' object is not iterable")
+
+    monkeypatch.setattr(watchdog_module, "snapshot", broken)
+    dog = Watchdog.__new__(Watchdog)
+    dog._rank = 1
+    dog.position = lambda: {}  # type: ignore[method-assign]
+    snap = dog._snapshot()
+    assert snap["rank"] == 1 and snap["stack"] == []
+    text = format_report([snap], headline="test")
+    assert "the stack could not be read: TypeError: 'getset_descriptor' object is not iterable" in text

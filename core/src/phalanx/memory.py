@@ -21,10 +21,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from phalanx._byte_sizes import format_bytes, parse_bytes
+from phalanx._optimizer_bytes import (
+    FOREACH_DEVICE_TYPES,
+    OPTIMIZER_STATE_BYTES,
+    OPTIMIZER_STEP_TEMPORARIES,
+    optimizer_state_bytes,
+    optimizer_step_bytes,
+)
 from phalanx.errors import MisconfigurationError, closest_match
 
 __all__ = [
+    "FOREACH_DEVICE_TYPES",
     "OPTIMIZER_STATE_BYTES",
+    "OPTIMIZER_STEP_TEMPORARIES",
     "PRECISION_BYTES",
     "MemoryEstimate",
     "MemoryRequest",
@@ -34,6 +43,7 @@ __all__ = [
     "activation_estimate",
     "checkpointing_mode",
     "format_bytes",
+    "gathered_bytes",
     "optimizer_state_bytes",
     "optimizer_step_bytes",
     "parse_bytes",
@@ -49,12 +59,15 @@ class PrecisionBytes:
 
     ``mixed`` is true when compute runs in a half type over float32 weights (autocast), which
     libraries that own the cast (DeepSpeed, FSDP2) turn into half weights plus a float32 master.
+    ``float8`` is true when Linear weights are cast to float8 for their matmuls (torchao), which
+    FSDP2 all-gathers as float8: one byte per element (:func:`gathered_bytes`).
     """
 
     weights: int
     gradients: int
     activations: int
     mixed: bool = False
+    float8: bool = False
 
 
 #: Canonical precision name -> bytes per element. Plugin precisions map onto these names.
@@ -67,20 +80,9 @@ PRECISION_BYTES: dict[str, PrecisionBytes] = {
     "bf16-true": PrecisionBytes(2, 2, 2),
     "xla-bf16-true": PrecisionBytes(2, 2, 2),
     "xla-bf16-mixed": PrecisionBytes(4, 4, 2, mixed=True),
+    # torchao saves the float32 input and weight for backward; the float8 casts are temporaries
+    "float8": PrecisionBytes(4, 4, 4, float8=True),
 }
-
-#: Optimizer kind -> float32 state bytes per trainable element (Adam: exp_avg + exp_avg_sq).
-OPTIMIZER_STATE_BYTES: dict[str, int] = {
-    "adamw": 8,
-    "adam": 8,
-    "sgd": 0,
-    "sgd_momentum": 4,
-    "rmsprop": 4,
-    "adagrad": 4,
-    "lion": 4,
-    "none": 0,
-}
-
 
 def precision_bytes(precision: str) -> PrecisionBytes:
     """Bytes per element for a canonical precision name (a key of :data:`PRECISION_BYTES`).
@@ -103,68 +105,6 @@ def precision_bytes(precision: str) -> PrecisionBytes:
     raise MisconfigurationError(msg)
 
 
-def optimizer_state_bytes(optimizer: str, numel: int, *, state_dtype_bytes: int = 4) -> int:
-    """Bytes of optimizer state for ``numel`` trainable elements.
-
-    ``state_dtype_bytes`` is the element size of the state (4: float32; 8 for 64-true); Adam also
-    keeps one scalar ``step`` per tensor, which is negligible and left out.
-
-    Raises:
-        MisconfigurationError: Unknown optimizer kind; names the valid ones.
-    """
-    if optimizer not in OPTIMIZER_STATE_BYTES:
-        hint = closest_match(optimizer, OPTIMIZER_STATE_BYTES)
-        msg = (
-            f"optimizer {optimizer!r} has no known state size; valid kinds are {sorted(OPTIMIZER_STATE_BYTES)}"
-            f"{f' (closest: {hint!r})' if hint else ''}. Pass one of them, e.g. --optimizer adamw."
-        )
-        raise MisconfigurationError(msg)
-    return OPTIMIZER_STATE_BYTES[optimizer] * numel * state_dtype_bytes // 4
-
-
-#: Optimizer kind -> the temporaries its step allocates, in tensors of the state dtype: (per element
-#: of all its tensors with the multi-tensor "foreach" path, per element of its largest tensor with the
-#: one-tensor-at-a-time path). Adam's one-tensor step makes ``exp_avg_sq.sqrt()`` and its quotient by
-#: the bias correction (two temporaries); its foreach step one square root over every tensor;
-#: RMSprop, Adagrad and Lion one; SGD updates in place.
-OPTIMIZER_STEP_TEMPORARIES: dict[str, tuple[int, int]] = {
-    "adamw": (1, 2),
-    "adam": (1, 2),
-    "sgd": (0, 0),
-    "sgd_momentum": (0, 0),
-    "rmsprop": (1, 1),
-    "adagrad": (1, 1),
-    "lion": (1, 1),
-    "none": (0, 0),
-}
-
-#: Device types on which torch's optimizers default to their foreach path (elsewhere, e.g. on CPU,
-#: they step one tensor at a time).
-FOREACH_DEVICE_TYPES = ("cuda", "xpu", "hpu", "mtia")
-
-
-def optimizer_step_bytes(
-    optimizer: str, tensors: list[int], *, device_type: str = "cuda", state_dtype_bytes: int = 4
-) -> int:
-    """Bytes the optimizer step allocates for a moment, over trainable tensors of ``tensors`` elements.
-
-    torch's optimizers take their foreach path on CUDA-like devices (temporaries for every tensor
-    at once) and step one tensor at a time elsewhere (temporaries for the largest tensor only).
-    They exist while the step runs, after backward freed the activations, so
-    :attr:`MemoryEstimate.total` counts the larger of the two.
-
-    Raises:
-        MisconfigurationError: Unknown optimizer kind; names the valid ones.
-    """
-    optimizer_state_bytes(optimizer, 0)  # the one place that names the valid kinds
-    foreach, single = OPTIMIZER_STEP_TEMPORARIES[optimizer]
-    if not tensors:
-        return 0
-    if device_type in FOREACH_DEVICE_TYPES:
-        return foreach * sum(tensors) * state_dtype_bytes
-    return single * max(tensors) * state_dtype_bytes
-
-
 def shard(numel: int, ranks: int) -> int:
     """Elements one rank holds when ``numel`` is split over ``ranks`` (rounded up, as libraries pad)."""
     return math.ceil(numel / max(1, ranks))
@@ -172,12 +112,14 @@ def shard(numel: int, ranks: int) -> int:
 
 @dataclass(frozen=True)
 class ParameterShape:
-    """One parameter as the meta device describes it: name, shape, dtype, trainable."""
+    """One parameter as the meta device describes it: name, shape, dtype, trainable, and whether
+    it is an ``nn.Linear``'s weight (what float8 training converts)."""
 
     name: str
     shape: tuple[int, ...]
     dtype: str
     requires_grad: bool = True
+    linear_weight: bool = False
 
     @property
     def numel(self) -> int:
@@ -221,6 +163,11 @@ class ModelSummary:
     def trainable_numel(self) -> int:
         """Elements that get gradients and optimizer state."""
         return sum(p.numel for p in self.parameters if p.requires_grad)
+
+    @property
+    def float8_numel(self) -> int:
+        """Elements of the Linear weights torchao's float8 converts (both dimensions multiples of 16)."""
+        return sum(p.numel for p in self.parameters if p.linear_weight and all(d % 16 == 0 for d in p.shape))
 
     @property
     def largest_block(self) -> int:
@@ -326,6 +273,20 @@ class MemoryEstimate:
         data["notes"] = list(self.notes)
         data["total"] = self.total
         return data
+
+
+def gathered_bytes(request: MemoryRequest, numel: int) -> int:
+    """Bytes of ``numel`` parameter elements all-gathered for compute (FSDP2's unsharded units).
+
+    In the compute dtype (the half type under mixed precision); under ``float8`` the model's
+    convertible Linear weights, spread evenly, are gathered as one byte each.
+    """
+    size = request.bytes
+    compute = size.activations if size.mixed else size.weights
+    if not size.float8:
+        return numel * compute
+    fraction = request.model.float8_numel / max(1, request.model.numel)
+    return round(numel * (fraction + (1 - fraction) * compute))
 
 
 def checkpointing_mode(request: MemoryRequest) -> str | None:

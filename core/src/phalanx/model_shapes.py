@@ -170,8 +170,11 @@ def summarize_model(
     Raises:
         MisconfigurationError: ``input_dtype`` is not a torch dtype; names an example.
     """
+    linear_weights = {id(m.weight) for m in module.modules() if isinstance(m, nn.Linear)}
     parameters = tuple(
-        ParameterShape(name, tuple(p.shape), str(p.dtype).removeprefix("torch."), p.requires_grad)
+        ParameterShape(
+            name, tuple(p.shape), str(p.dtype).removeprefix("torch."), p.requires_grad, id(p) in linear_weights
+        )
         for name, p in module.named_parameters()
     )
     buffer_bytes = sum(map(_nbytes, module.buffers()))

@@ -162,7 +162,7 @@ def _fold(report: Any) -> Any:
 
 def run_plan(args: argparse.Namespace) -> int:
     """The ``plan`` command; returns the exit status (2 on bad input)."""
-    from phalanx.memory import optimizer_state_bytes, parse_bytes, precision_bytes
+    from phalanx.memory import PRECISION_BYTES, optimizer_state_bytes, parse_bytes, precision_bytes
     from phalanx.precision._aliases import normalize_precision
 
     try:
@@ -173,7 +173,7 @@ def run_plan(args: argparse.Namespace) -> int:
             )
             raise MisconfigurationError(msg)
         device_memory = None if args.device_memory is None else parse_bytes(args.device_memory)
-        precision = normalize_precision(args.precision, extra_choices=["xla-bf16-true", "xla-bf16-mixed"])
+        precision = normalize_precision(args.precision, extra_choices=list(PRECISION_BYTES))  # xla-bf16-*, float8
         precision_bytes(precision)
         optimizer_state_bytes(args.optimizer, 0)
         shape = _input_shape(args.input_shape)
@@ -224,7 +224,7 @@ def add_plan_parser(sub: Any) -> None:
     )
     plan.add_argument("--devices", type=_positive_count, default=1, help="devices (processes) per node (default 1)")
     plan.add_argument("--num-nodes", type=_positive_count, default=1, help="nodes (default 1)")
-    plan.add_argument("--precision", default="32-true", help="a Trainer precision, e.g. bf16-mixed (default 32-true)")
+    plan.add_argument("--precision", default="32-true", help="a Trainer precision, e.g. bf16-mixed or float8 (default 32-true)")
     plan.add_argument(
         "--optimizer", default="adamw", help="adamw (default), adam, sgd, sgd_momentum, rmsprop, adagrad, lion"
     )

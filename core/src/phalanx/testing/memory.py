@@ -43,18 +43,21 @@ __all__ = ["MemoryConformance", "measure", "planned"]
 
 
 def planned(strategy: str, *, width: int | str, devices: int) -> MemoryEstimate | None:
-    """The installed plugins' estimate for the probe's model under ``strategy`` (float32, AdamW, CPU).
+    """The installed plugins' estimate for the probe's model under ``strategy`` (AdamW, CPU; float32
+    unless the spec asks for float8).
 
-    ``width`` and ``strategy`` are the probe's specs (``"b256"``, ``"fsdp+ac"``).
+    ``width`` and ``strategy`` are the probe's specs (``"b256"``, ``"fsdp+ac"``, ``"fsdp+f8"``).
     """
     from phalanx.registry import StrategyRegistry
-    from phalanx.testing.memory_probe import build, input_shape, strategy_params
+    from phalanx.testing.memory_probe import build, input_shape, spec_precision, strategy_params
 
     name, overrides = strategy_params(strategy)
     entry = StrategyRegistry.entry(name)
     summary = summarize_model(build_on_meta(lambda: build(width)), input_shape=input_shape(width))
     params = {**entry.init_params, **overrides}
-    request = MemoryRequest(name, entry.target_path, params, summary, devices=devices, device_type="cpu")
+    request = MemoryRequest(
+        name, entry.target_path, params, summary, devices=devices, precision=spec_precision(strategy), device_type="cpu"
+    )
     return estimate_memory(request)
 
 

@@ -5,7 +5,8 @@ Usage: python -m phalanx.testing.memory_probe OUT_DIR WIDTH[,WIDTH...] STRATEGY 
 A width ``bN`` trains :class:`BlockNet` (repeated MLP blocks over token sequences, where
 activations dominate) instead; a strategy ``NAME+ac`` passes
 ``activation_checkpointing_policy={Block}`` to it, ``NAME+bucket`` a small DeepSpeed reduce
-bucket, ``NAME+dp`` a model_parallel mesh of data parallel only (:data:`STRATEGY_OPTIONS`).
+bucket, ``NAME+dp`` a model_parallel mesh of data parallel only (:data:`STRATEGY_OPTIONS`);
+``NAME+f8`` trains with ``precision="float8"`` (torchao's Float8Linear, :data:`PRECISION_OPTIONS`).
 
 Used by the conformance kit's memory check (:mod:`phalanx.testing.memory`) and by phalanx's own
 estimate-vs-measured tests; the model is :class:`MeasuredNet` at the given width (512: about 1.2 MB
@@ -140,16 +141,29 @@ STRATEGY_OPTIONS: dict[str, dict[str, Any]] = {
 }
 
 
+#: Spec options that choose the Trainer's precision instead of a strategy argument.
+PRECISION_OPTIONS: dict[str, str] = {"f8": "float8"}
+
+
 def strategy_params(spec: str) -> tuple[str, dict[str, Any]]:
     """``"fsdp+ac"`` -> ``("fsdp", {"activation_checkpointing_policy": {Block}})``; a plain name -> no params."""
     name, *options = spec.split("+")
     params: dict[str, Any] = {}
     for option in options:
+        if option in PRECISION_OPTIONS:
+            continue
         if option not in STRATEGY_OPTIONS:
-            msg = f"strategy spec {spec!r}: unknown option {option!r}; the probe knows {sorted(STRATEGY_OPTIONS)}"
+            known = sorted([*STRATEGY_OPTIONS, *PRECISION_OPTIONS])
+            msg = f"strategy spec {spec!r}: unknown option {option!r}; the probe knows {known}"
             raise ValueError(msg)
         params.update(STRATEGY_OPTIONS[option])
     return name, params
+
+
+def spec_precision(spec: str) -> str:
+    """The Trainer precision a strategy spec asks for: ``"fsdp+f8"`` -> ``"float8"``, else ``"32-true"``."""
+    chosen = [PRECISION_OPTIONS[option] for option in spec.split("+")[1:] if option in PRECISION_OPTIONS]
+    return chosen[-1] if chosen else "32-true"
 
 
 def _storage(tensor: torch.Tensor) -> tuple[int, int] | None:
@@ -158,11 +172,12 @@ def _storage(tensor: torch.Tensor) -> tuple[int, int] | None:
         return None
     try:
         storage = tensor.untyped_storage()
+        pointer = storage.data_ptr()  # a tensor subclass (torchao's float8) may have no real storage
     except (RuntimeError, NotImplementedError):
         return None
-    if storage.data_ptr() == 0:
+    if pointer == 0:
         return None
-    return storage.data_ptr(), storage.nbytes()
+    return pointer, storage.nbytes()
 
 
 def live_storages() -> dict[int, int]:
@@ -281,11 +296,13 @@ __all__ = [
     "Block",
     "BlockNet",
     "MeasuredNet",
+    "PRECISION_OPTIONS",
     "PeakTracker",
     "build",
     "input_shape",
     "live_storages",
     "main",
+    "spec_precision",
     "strategy_params",
 ]
 
@@ -310,6 +327,7 @@ def main() -> None:
             accelerator="cpu",
             strategy=StrategyRegistry.get(registered, **params) if params else registered,
             devices=2,
+            precision=spec_precision(name),
             max_steps=2,
             callbacks=[measure],
             logger=False,

@@ -52,11 +52,17 @@ def _describe_tensors(frame: FrameType) -> list[str]:
     for name, value in [(name, local.get(name)) for name in arguments]:
         tensors = value if isinstance(value, (list, tuple)) else [value]
         for tensor in tensors[:4]:
+            if isinstance(tensor, type):  # a tensor class (a dispatch mode's ``types``): no shape of its own
+                continue
             shape = getattr(tensor, "shape", None)
             dtype = getattr(tensor, "dtype", None)
-            if shape is not None and dtype is not None and type(tensor).__module__.startswith("torch"):
+            if shape is None or dtype is None or not type(tensor).__module__.startswith("torch"):
+                continue
+            try:
                 found.append(f"{name}: {str(dtype).replace('torch.', '')}{list(shape)}")
-                break
+            except TypeError:  # a shape that is not a sequence
+                continue
+            break
     return found
 
 
@@ -84,7 +90,8 @@ def _collective(frames: Sequence[FrameType]) -> dict[str, Any] | None:
     """The innermost torch.distributed frame: the operation the rank is waiting in, or None."""
     for frame in reversed(frames):
         filename = frame.f_code.co_filename.replace("\\", "/")
-        if "/torch/distributed/" in filename:
+        # torch.distributed's tools (the memory tracker's dispatch mode) run in every op, not a collective
+        if "/torch/distributed/" in filename and "/torch/distributed/_tools/" not in filename:
             where = filename.split("/torch/distributed/", 1)[1]
             found: dict[str, Any] = {"op": frame.f_code.co_name, "where": f"torch/distributed/{where}:{frame.f_lineno}"}
             if "/fsdp/" in filename:
@@ -188,6 +195,8 @@ def _rank_lines(snap: dict[str, Any]) -> list[str]:
     position = snap.get("position", {})
     where = ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in position.items() if value not in (None, ""))
     lines = [f"rank {snap['rank']} (pid {snap['pid']} on {snap['host']}): {where or 'position unknown'}"]
+    if snap.get("error"):
+        lines.append(f"  {snap['error']}")
     collective = snap.get("collective")
     if collective:
         details = "; ".join([*collective.get("tensors", []), *([collective["group"]] if "group" in collective else [])])

@@ -268,7 +268,18 @@ class Watchdog(threading.Thread):
 
     # ------------------------------------------------------------------ output
     def _snapshot(self) -> dict[str, Any]:
-        return snapshot(rank=self._rank, position=self.position())
+        try:
+            return snapshot(rank=self._rank, position=self.position())
+        except Exception as error:  # a report never ends the watchdog: say what could not be read
+            return {
+                "rank": self._rank,
+                "host": "",
+                "pid": os.getpid(),
+                "position": {},
+                "collective": None,
+                "stack": [],
+                "error": f"the stack could not be read: {type(error).__name__}: {error}",
+            }
 
     def _print(self, snapshots: list[dict[str, Any]], missing: list[int], headline: str, footer: str) -> None:
         text = format_report(snapshots, headline=headline, missing=missing, footer=footer)

@@ -2,7 +2,8 @@
 
 ``fully_shard`` splits every parameter along dim 0 (padding it to a multiple of the shard count),
 and gradients and optimizer state follow the parameter's sharding. During forward and backward
-one sharding unit at a time is all-gathered in the compute dtype, and its gradients exist
+one sharding unit at a time is all-gathered in the compute dtype (float8 for the Linear weights
+under ``precision="float8"``), and its gradients exist
 unsharded until the reduce-scatter: that working set is ``transient`` (freed before the optimizer
 step, whose temporaries are per local shard). Without an
 ``auto_wrap_policy`` the whole model is one unit; with ``reshard_after_forward=False`` every unit
@@ -17,6 +18,7 @@ from phalanx.memory import (
     MemoryEstimate,
     MemoryRequest,
     activation_estimate,
+    gathered_bytes,
     optimizer_state_bytes,
     optimizer_step_bytes,
 )
@@ -41,7 +43,6 @@ def estimate(request: MemoryRequest) -> MemoryEstimate | None:
         return None
     ranks, layout = _shard_count(request)
     size, params = request.bytes, request.model.parameters
-    compute = size.activations if size.mixed else size.weights  # FSDP2 gathers in param_dtype
 
     def one(shape: tuple[int, ...]) -> int:
         return math.ceil(shape[0] / ranks) * math.prod(shape[1:]) if shape else 1
@@ -55,7 +56,7 @@ def estimate(request: MemoryRequest) -> MemoryEstimate | None:
     wrapped = request.init_params.get("auto_wrap_policy") is not None
     keep_gathered = request.init_params.get("reshard_after_forward", True) is False
     unit = request.model.largest_block if wrapped and not keep_gathered else request.model.numel
-    working = unit * (compute + size.gradients)
+    working = gathered_bytes(request, unit) + unit * size.gradients  # in param_dtype (float8 Linear weights)
     notes = [f"transient: {'largest wrapped unit' if unit != request.model.numel else 'whole model (one unit)'} gathered"]
     if request.init_params.get("cpu_offload"):
         notes.append("shards of weights, gradients and optimizer state in CPU memory")

@@ -20,6 +20,7 @@ from phalanx.memory import (
     MemoryEstimate,
     MemoryRequest,
     activation_estimate,
+    gathered_bytes,
     optimizer_state_bytes,
     optimizer_step_bytes,
     shard,
@@ -58,7 +59,6 @@ def estimate(request: MemoryRequest) -> MemoryEstimate | None:
     ranks = (dp // max(1, replicate)) * cp * tp * pp  # ranks holding distinct slices of the weights
     local = shard(request.model.numel, ranks)
     trainable = shard(request.model.trainable_numel, ranks)
-    compute = size.activations if size.mixed else size.weights
     notes = ["assumes configure_model splits every layer over tp", "transient: one block slice gathered by FSDP"]
     shards = [shard(p.numel, ranks) for p in request.model.parameters if p.requires_grad]
     if dp * cp * tp * pp != request.world_size:
@@ -76,7 +76,8 @@ def estimate(request: MemoryRequest) -> MemoryEstimate | None:
         optimizer_states=optimizer_state_bytes(request.optimizer, trainable, state_dtype_bytes=size.weights),
         activations=activation_estimate(request, divisor=tp * cp),
         other=request.model.buffer_bytes,
-        transient=shard(request.model.largest_block, tp) * (compute + size.gradients),
+        transient=gathered_bytes(request, shard(request.model.largest_block, tp))
+        + shard(request.model.largest_block, tp) * size.gradients,
         step=optimizer_step_bytes(request.optimizer, shards, device_type=request.device_type, state_dtype_bytes=size.weights),
         layout=layout,
         notes=tuple(notes),
