@@ -31,10 +31,10 @@ held to it within 10 %, per rank:
   1M-element reduce bucket there: at its 200M default the bucket is 99 % of the peak and would
   hide every other term.
 
-ZeRO-3 with activation checkpointing is the one known miss (expected to fail, strictly): measured
-0.86x the estimate's peak. Checkpointing lowers ZeRO-3's measured peak by 2 % (39.7 -> 39.0 MB)
-where the estimate's activation term falls by 6 MB; where the rest goes during DeepSpeed's
-recompute is not yet found (docs/benchmarks.md).
+ZeRO-3 with activation checkpointing once missed (0.86x): checkpointing moves ZeRO-3's peak from
+backward to the optimizer step, where DeepSpeed flattens the float32 gradient partition into a
+new tensor beside the partition it keeps, one partition more than the estimate's step had; with it
+counted the estimate is 0.965x the measured peak.
 """
 
 from __future__ import annotations
@@ -57,7 +57,6 @@ BLOCK_RUNS = (
     ("model_parallel+dp+ac",),
     ("deepspeed_stage_2+bucket", "deepspeed_stage_2+bucket+ac", "deepspeed_stage_3+bucket", "deepspeed_stage_3+bucket+ac"),
 )
-ZERO3_AC_GAP = "ZeRO-3 with activation checkpointing peaks 0.86x above its estimate (cause not found)"
 TOLERANCE = 0.10
 RUN_TIMEOUT = 300
 pytestmark = pytest.mark.timeout(RUN_TIMEOUT + 60)
@@ -119,13 +118,7 @@ def measured_blocks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[
     return found
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        *(spec for run in BLOCK_RUNS for spec in run if spec != "deepspeed_stage_3+bucket+ac"),
-        pytest.param("deepspeed_stage_3+bucket+ac", marks=pytest.mark.xfail(strict=True, reason=ZERO3_AC_GAP)),
-    ],
-)
+@pytest.mark.parametrize("name", [spec for run in BLOCK_RUNS for spec in run])
 def test_block_model_total_matches_the_tracked_peak(name: str, measured_blocks: dict[str, list[dict[str, Any]]]) -> None:
     est = estimate_for(name, BLOCKS)
     records = measured_blocks[f"{name}-{BLOCKS}"]
@@ -137,7 +130,7 @@ def test_block_model_total_matches_the_tracked_peak(name: str, measured_blocks: 
 
 def test_checkpointing_lowers_the_estimate_and_the_measured_peak(measured_blocks: dict[str, list[dict[str, Any]]]) -> None:
     """Where the estimate says full checkpointing saves memory, the measured peak is lower too."""
-    for name in ("fsdp", "model_parallel+dp", "deepspeed_stage_2+bucket"):
+    for name in ("fsdp", "model_parallel+dp", "deepspeed_stage_2+bucket", "deepspeed_stage_3+bucket"):
         plain, checkpointed = estimate_for(name, BLOCKS), estimate_for(f"{name}+ac", BLOCKS)
         assert checkpointed.total < plain.total, name
         for rank in range(2):

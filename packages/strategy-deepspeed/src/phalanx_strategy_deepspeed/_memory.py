@@ -15,7 +15,8 @@ its partition (4Φ/N) with its state (8Φ/N for Adam):
   gradients before their reduce-scatter.
 
 The optimizer steps the flat float32 partition (one tensor per parameter group) from stage 1
-on, the module's own parameters at stage 0: its temporaries are ``step``.
+on, the module's own parameters at stage 0: its temporaries are ``step``; at stage 3 ``step`` also
+holds the float32 gradient the engine flattens out of its gradient partition for the step.
 
 ``offload_optimizer`` moves masters, their gradients and state to CPU (or NVMe);
 ``offload_parameters`` moves the stage-3 weight partitions too.
@@ -77,7 +78,14 @@ def estimate(request: MemoryRequest) -> MemoryEstimate | None:
     else:
         weights, gradients = compute * shard(request.model.numel, ranks), 4 * part
         other, transient = bucket, (compute + 4) * request.model.largest_block
-        notes.append("other: the reduce bucket; transient: the largest gathered block and its gradients")
+        # The step flattens the float32 gradient partition into a new tensor for the optimizer
+        # (stage 3's _prepare_fp32_grad_for_sub_group), beside the partition it keeps: measured, the
+        # step peaks at three partitions above the steady bytes (AdamW's two temporaries and it).
+        step += 4 * part
+        notes.append(
+            "other: the reduce bucket; transient: the largest gathered block and its gradients; "
+            "step: the optimizer's temporaries and the flattened float32 gradient copy"
+        )
     cpu = nvme = 0
     if params.get("offload_optimizer"):
         moved = states + 4 * part
