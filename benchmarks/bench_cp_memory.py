@@ -9,7 +9,7 @@ context_parallel_size=cp))`` on ``cp`` CPU processes (gloo), one batch of ``--ba
 per length, each length twice (the second step is the one timed).
 
 Activation memory is measured exactly, not sampled: a ``torch.autograd.graph.saved_tensors_hooks``
-pack hook around each training step adds up the bytes of every distinct storage autograd keeps
+pack hook around each training step (``phalanx.testing.memory_probe.saved_for_backward``) adds up the bytes of every distinct storage autograd keeps
 for the backward (parameters excluded: leaf tensors that require grad), on every rank; the table
 shows the largest rank. Under cp these include the all-gathered keys and values and the
 zero-padded queries of each rank's late chunk, which grow with the whole length, not ``L / cp``. Step time is the wall time from
@@ -18,6 +18,11 @@ cp collectives included). Targets: cp 2 at most 0.80 and cp 4 at most 0.55 of cp
 length: everything but attention divides by cp, while the gathered keys and values and the padded
 queries of each rank's late chunk stay proportional to the whole length. ``--quick`` (what ``run_all.py --quick`` runs): cp 1 and 2, two short
 lengths, nothing recorded.
+
+Beside each measurement, the planner's estimate for the same model and mesh (``phalanx plan
+--input-shape B,L --param context_parallel_size=cp``: the model traced on the meta device, its
+attention calls as fused kernels, everything but attention divided by cp), held to 10 % of the
+measured bytes at the longest length.
 """
 
 from __future__ import annotations
@@ -34,17 +39,14 @@ from typing import Any
 from _bench import Row, child_env, finish
 
 
-def _worker(args: argparse.Namespace) -> None:
-    import time
-
+def _build(args: argparse.Namespace) -> Any:
+    """The benchmark's causal transformer (a ``phalanx.Module`` subclass adds the step)."""
     import torch
     import torch.nn.functional as F
     from torch import nn
-    from torch.utils.data import DataLoader, Dataset
 
     import phalanx
-    from phalanx.callbacks import Callback
-    from phalanx_strategy_model_parallel import ModelParallelStrategy, context_parallel_positions
+    from phalanx_strategy_model_parallel import context_parallel_positions
 
     vocab, dim, heads = 256, args.dim, args.heads
 
@@ -65,27 +67,61 @@ def _worker(args: argparse.Namespace) -> None:
     class LM(phalanx.Module):
         def __init__(self) -> None:
             super().__init__()
-            torch.manual_seed(0)
             self.embed, self.pos = nn.Embedding(vocab, dim), nn.Embedding(max(args.lengths), dim)
             self.blocks = nn.ModuleList([Block() for _ in range(args.blocks)])
             self.head = nn.Linear(dim, vocab)
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            x = self.embed(tokens) + self.pos(context_parallel_positions(tokens.shape[1], tokens.device))
+            for block in self.blocks:
+                x = block(x)
+            return self.head(x)
+
+    return LM
+
+
+def _estimated_mb(args: argparse.Namespace, cp: int, length: int) -> float:
+    """The planner's activations per rank (``phalanx plan --input-shape B,L --param context_parallel_size=cp``).
+
+    The trace counts the model's output (the logits), which stands for the log-probabilities the
+    loss saves (the same size)."""
+    from phalanx.memory import MemoryRequest
+    from phalanx.model_shapes import build_on_meta, summarize_model
+    from phalanx.planning import estimate_memory
+    from phalanx.registry import StrategyRegistry
+
+    entry = StrategyRegistry.entry("model_parallel")
+    summary = summarize_model(build_on_meta(_build(args)), input_shape=(args.batch, length))
+    params = {**entry.init_params, "data_parallel_size": 1, "tensor_parallel_size": 1, "context_parallel_size": cp}
+    found = estimate_memory(MemoryRequest("model_parallel", entry.target_path, params, summary, devices=cp))
+    assert found is not None and found.activations is not None
+    return found.activations / 1e6
+
+
+def _worker(args: argparse.Namespace) -> None:
+    import time
+
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader, Dataset
+
+    import phalanx
+    from phalanx.callbacks import Callback
+    from phalanx.testing.memory_probe import saved_for_backward
+    from phalanx_strategy_model_parallel import ModelParallelStrategy
+
+    vocab, model_class = 256, _build(args)
+
+    class LM(model_class):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            torch.manual_seed(0)
+            super().__init__()
             self.saved: list[int] = []
 
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
             tokens, targets = batch
-            seen: dict[int, int] = {}
-
-            def pack(t: torch.Tensor) -> torch.Tensor:
-                if not (t.is_leaf and t.requires_grad):
-                    storage = t.untyped_storage()
-                    seen[storage.data_ptr()] = storage.nbytes()
-                return t
-
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                x = self.embed(tokens) + self.pos(context_parallel_positions(tokens.shape[1], tokens.device))
-                for block in self.blocks:
-                    x = block(x)
-                loss = F.cross_entropy(self.head(x).flatten(0, 1), targets.flatten())
+            with saved_for_backward() as seen:
+                loss = F.cross_entropy(self(tokens).flatten(0, 1), targets.flatten())
             self.saved.append(sum(seen.values()))
             return loss
 
@@ -160,14 +196,16 @@ def main() -> int:
             results[cp] = {
                 "saved_mb": [max(r["saved"][i] for r in ranks) / 1e6 for i in range(len(args.lengths))],
                 "seconds": ranks[0]["seconds"],
+                "estimated_mb": [_estimated_mb(args, cp, length) for length in args.lengths],
             }
     print(f"model: {args.blocks} blocks, dim {args.dim}, {args.heads} heads, batch {args.batch}; CPU, gloo")
-    print(f"{'L':>6} " + " ".join(f"{'cp' + str(cp) + ' MB':>10} {'x cp1':>6} {'s':>7}" for cp in args.cp))
+    header = (f"{'cp' + str(cp) + ' MB':>10} {'x cp1':>6} {'plan':>5} {'s':>7}" for cp in args.cp)
+    print(f"{'L':>6} " + " ".join(header) + "   (plan: the planner's estimate / measured)")
     for i, length in enumerate(args.lengths):
         cells = []
         for cp in args.cp:
-            mb, sec = results[cp]["saved_mb"][i], results[cp]["seconds"][i]
-            cells.append(f"{mb:>10.2f} {mb / results[args.cp[0]]['saved_mb'][i]:>6.2f} {sec:>7.3f}")
+            mb, sec, est = results[cp]["saved_mb"][i], results[cp]["seconds"][i], results[cp]["estimated_mb"][i]
+            cells.append(f"{mb:>10.2f} {mb / results[args.cp[0]]['saved_mb'][i]:>6.2f} {est / mb:>5.2f} {sec:>7.3f}")
         print(f"{length:>6} " + " ".join(cells))
     last = len(args.lengths) - 1
     base = results[args.cp[0]]["saved_mb"][last]
@@ -176,6 +214,12 @@ def main() -> int:
             bound, note="saved-for-backward bytes, largest rank")
         for cp, bound in ((2, 0.80), (4, 0.55))
         if cp in results
+    ]  # fmt: skip
+    rows += [
+        Row(f"|planner estimate / measured - 1|, cp {cp} at L={args.lengths[last]}",
+            abs(results[cp]["estimated_mb"][last] / results[cp]["saved_mb"][last] - 1), 0.10,
+            note="phalanx plan's activations per rank vs the saved bytes")
+        for cp in args.cp
     ]  # fmt: skip
     data = {"lengths": args.lengths, "results": {str(k): v for k, v in results.items()},
             "args": {k: v for k, v in vars(args).items() if k not in ("out", "quick")}}  # fmt: skip

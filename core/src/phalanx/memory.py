@@ -144,6 +144,9 @@ class ModelSummary:
         block_activations: Per repeated block (the entries behind :attr:`blocks`), the bytes of its
             input and the bytes autograd saves inside it, traced with :attr:`activation_bytes`;
             what full activation checkpointing keeps instead (:func:`activation_estimate`).
+        attention_bytes: Of :attr:`activation_bytes`, what ``F.scaled_dot_product_attention``
+            calls save (traced as the fused kernels: query, key, value, output, log-sum-exp);
+            under context parallel these cover the whole sequence, not a rank's share.
     """
 
     parameters: tuple[ParameterShape, ...]
@@ -153,6 +156,7 @@ class ModelSummary:
     input_shape: tuple[int, ...] | None = None
     activation_note: str | None = None
     block_activations: tuple[tuple[int, int], ...] = ()
+    attention_bytes: int = 0
 
     @property
     def numel(self) -> int:
@@ -304,11 +308,16 @@ def checkpointing_mode(request: MemoryRequest) -> str | None:
     return str(getattr(policy, "mode", "full"))
 
 
-def activation_estimate(request: MemoryRequest, *, divisor: int = 1) -> int | None:
+def activation_estimate(request: MemoryRequest, *, divisor: int = 1, context_parallel: int = 1) -> int | None:
     """The traced float32 activation bytes scaled to the request's compute precision, per rank.
 
     ``divisor`` splits them further (tensor parallel shards most activations over its ranks,
-    context parallel the sequence). Under full activation checkpointing of the repeated blocks
+    context parallel the sequence). Under ``context_parallel`` > 1 the attention calls' saved
+    tensors (:attr:`ModelSummary.attention_bytes`) are not split by it: each rank attends with the
+    whole sequence's keys and values and, for causal load balancing, zero-padded queries, about
+    ``(2 cp + 1) / 2 cp`` of the whole, and keeps its local share of them too (``1 / cp``: the
+    first rank's unpadded chunk keeps the projections, and the output is copied back to the rank's
+    tokens). Under full activation checkpointing of the repeated blocks
     (:func:`checkpointing_mode`), each block keeps only its input until backward, and one block's
     saved tensors exist again while it is recomputed: traced - saved in blocks + block inputs +
     the largest block's saved bytes. Selective checkpointing keeps the matmul outputs, which the
@@ -318,10 +327,17 @@ def activation_estimate(request: MemoryRequest, *, divisor: int = 1) -> int | No
     if traced is None:
         return None
     blocks = request.model.block_activations
+    attention = request.model.attention_bytes
     if checkpointing_mode(request) == "full" and blocks:
         inside = sum(saved for _, saved in blocks)
         traced = traced - inside + sum(given for given, _ in blocks) + max(saved for _, saved in blocks)
-    return math.ceil(traced * request.bytes.activations / 4 / max(1, divisor))
+        attention = attention // len(blocks)  # one block's attention is recomputed at a time
+    cp = max(1, context_parallel)
+    # divisor splits everything by cp; attention keeps (2cp + 1) / 2cp of its bytes on a rank, and
+    # its local share once more (rank 0's unpadded first chunk keeps the projections; the output
+    # is copied back to this rank's tokens): attention x ((2cp + 1) / 2cp + 1 / cp) per rank
+    whole = attention * (2 * cp + 1) / 2 if cp > 1 else 0
+    return math.ceil((traced + whole) * request.bytes.activations / 4 / max(1, divisor))
 
 
 def replicated_estimate(request: MemoryRequest, *, layout: str, other: int = 0, notes: tuple[str, ...] = ()) -> MemoryEstimate:

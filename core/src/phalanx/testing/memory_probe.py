@@ -29,10 +29,12 @@ optimizer state, buffers). Rank r writes ``OUT_DIR/<strategy>-<width>-rank<r>.js
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -195,6 +197,24 @@ def live_storages() -> dict[int, int]:
     return found
 
 
+@contextlib.contextmanager
+def saved_for_backward() -> Iterator[dict[int, int]]:
+    """Inside the block, every storage autograd saves for backward, once: data pointer -> bytes.
+
+    Parameters (leaves that require grad) are left out: what is counted is the activations.
+    """
+    seen: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        if not (tensor.is_leaf and tensor.requires_grad):
+            storage = tensor.untyped_storage()
+            seen[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        yield seen
+
+
 def _local(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to_local() if type(tensor).__name__ == "DTensor" else tensor  # type: ignore[attr-defined]
 
@@ -302,6 +322,7 @@ __all__ = [
     "input_shape",
     "live_storages",
     "main",
+    "saved_for_backward",
     "spec_precision",
     "strategy_params",
 ]

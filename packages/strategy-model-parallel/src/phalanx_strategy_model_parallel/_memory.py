@@ -64,7 +64,7 @@ def estimate(request: MemoryRequest) -> MemoryEstimate | None:
     if dp * cp * tp * pp != request.world_size:
         notes.insert(0, f"mesh {dp}x{cp}x{tp}x{pp} != world size {request.world_size}: the run would refuse it")
     if cp > 1:
-        notes.append(f"activations / (tp x cp = {tp * cp}); one attention call's gathered K/V not counted")
+        notes.append(f"activations / (tp x cp = {tp * cp}), but attention's saved tensors cover the whole sequence")
     layout = f"dp={dp} x tp={tp} x pp={pp}"
     if replicate > 1:
         layout = f"dp={dp} (replicate {replicate} x shard {dp // replicate}) x tp={tp} x pp={pp}"
@@ -74,7 +74,7 @@ def estimate(request: MemoryRequest) -> MemoryEstimate | None:
         parameters=local * size.weights,
         gradients=trainable * size.gradients,
         optimizer_states=optimizer_state_bytes(request.optimizer, trainable, state_dtype_bytes=size.weights),
-        activations=activation_estimate(request, divisor=tp * cp),
+        activations=activation_estimate(request, divisor=tp * cp, context_parallel=cp),
         other=request.model.buffer_bytes,
         transient=gathered_bytes(request, shard(request.model.largest_block, tp))
         + shard(request.model.largest_block, tp) * size.gradients,
