@@ -99,10 +99,12 @@ def pipeline_dp2_pp2(out_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def context_parallel_2(out_dir: Path) -> Path:
-    """(cp 2), 2 processes: the strategy shards the model; a model without SDPA; FSDP over the wrong mesh."""
+    """(cp 2), 2 processes: the strategy shards the model (SDPA, then nn.MultiheadAttention); a model
+    without SDPA; FSDP over the wrong mesh."""
     common = {"devices": 2, "cp": 2}
     runs = [
         {**common, "tag": "cp2", "model": "auto"},
+        {**common, "tag": "cp2mha", "model": "mha"},
         {**common, "tag": "nosdpa", "model": "manual", "expect_error": True},
         {**common, "tag": "wrongmesh", "model": "wrongmesh", "expect_error": True},
     ]

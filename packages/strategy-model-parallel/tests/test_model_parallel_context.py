@@ -21,9 +21,9 @@ LOSS_ATOL, WEIGHT_ATOL = 1e-5, 1e-5
 _reference = functools.cache(single_process)  # the same plain run serves every comparison
 
 
-def _compare(out: Path, tag: str, world: int, epochs: int = 2) -> list[dict]:
+def _compare(out: Path, tag: str, world: int, epochs: int = 2, attention: str = "sdpa") -> list[dict]:
     results = read_ranks(out, tag, world)
-    ref_losses, ref_weights = _reference(epochs)
+    ref_losses, ref_weights = _reference(epochs, attention)
     for result in results:
         assert result["global_step"] == len(ref_losses)
         worst = max(abs(a - b) for a, b in zip(result["global_losses"], ref_losses, strict=True))
@@ -40,6 +40,14 @@ def test_context_parallel_2_matches_one_process_on_whole_sequences(context_paral
     assert results[0]["mesh_dims"] == ["data_parallel_context_parallel"]  # FSDP reduced over cp
     assert results[0]["seq_len_seen"] == 4
     # the two cp ranks saw different tokens of the same samples: different local losses
+    assert results[0]["losses"] != results[1]["losses"]
+
+
+def test_context_parallel_splits_the_attention_inside_nn_multihead_attention(context_parallel_2: Path) -> None:
+    """nn.MultiheadAttention calls SDPA from torch's own functional code (not causal here): under cp 2
+    it attends over the whole sequence and trains like one process."""
+    results = _compare(context_parallel_2, "cp2mha", 2, attention="mha")
+    assert results[0]["seq_len_seen"] == 4
     assert results[0]["losses"] != results[1]["losses"]
 
 

@@ -5,7 +5,8 @@ chunks ``i`` and ``2cp - 1 - i``: under a causal mask early tokens attend to few
 ones to many, so pairing an early chunk with a late one gives every rank the same attention work.
 
 While a training step (and its backward, for recomputed activations) runs, a
-``TorchFunctionMode`` replaces each ``F.scaled_dot_product_attention`` call: the local keys and
+``TorchFunctionMode`` replaces each ``F.scaled_dot_product_attention`` call (also the one inside
+``nn.MultiheadAttention``, through ``torch.nn.functional``'s name for the step's duration): the local keys and
 values are all-gathered over the context-parallel group with an autograd-aware functional
 collective (its backward is a reduce-scatter, so dK and dV reach the rank that owns each token)
 and attention runs over the gathered sequence, causal with respect to each token's global
@@ -152,20 +153,25 @@ class ContextParallelAttention(TorchFunctionMode):
         self.size = size
         self.rank = rank
         self.calls = 0
+        self._attending = False
 
     def __enter__(self) -> ContextParallelAttention:
         _ACTIVE.append(self)
+        # A call from inside a composite torch function (nn.MultiheadAttention's forward) runs
+        # while the mode is set aside: point torch.nn.functional's name here too, for the step.
+        F.scaled_dot_product_attention = self._attention  # type: ignore[assignment]
         return super().__enter__()  # type: ignore[no-any-return]
 
     def __exit__(self, *exc: object) -> None:
         _ACTIVE.remove(self)
+        F.scaled_dot_product_attention = _ACTIVE[-1]._attention if _ACTIVE else _SDPA  # type: ignore[assignment]
         super().__exit__(*exc)
 
     def __torch_function__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
         kwargs = kwargs or {}
-        if func is _SDPA:
+        if func is _SDPA and not self._attending:
             return self._attention(*args, **kwargs)
         return func(*args, **kwargs)
 
@@ -174,6 +180,13 @@ class ContextParallelAttention(TorchFunctionMode):
         return all_gather_single_autograd(tensor.contiguous(), tensor.dim() - 2, self.group)
 
     def _attention(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        self._attending = True  # the calls below reach torch's own kernel
+        try:
+            return self._split_attention(*args, **kwargs)
+        finally:
+            self._attending = False
+
+    def _split_attention(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         call = dict(zip(_SDPA_NAMES, args)) | kwargs
         query, key, value = call.pop("query"), call.pop("key"), call.pop("value")
         if call.get("attn_mask") is not None:

@@ -22,19 +22,27 @@ HEAD_DIM = DIM // HEADS
 
 
 class Block(nn.Module):
-    """Pre-norm attention + MLP; heads per rank follow the tensor-parallel split of ``qkv``."""
+    """Pre-norm attention + MLP; heads per rank follow the tensor-parallel split of ``qkv``.
 
-    def __init__(self, manual_attention: bool = False) -> None:
+    ``attention``: ``"sdpa"`` (causal ``F.scaled_dot_product_attention``), ``"manual"`` (softmax
+    by hand: context parallel cannot split it) or ``"mha"`` (``nn.MultiheadAttention``, which calls
+    SDPA from inside torch's own functional code; not causal).
+    """
+
+    def __init__(self, attention: str = "sdpa") -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(DIM)
-        self.q = nn.Linear(DIM, DIM)
-        self.k = nn.Linear(DIM, DIM)
-        self.v = nn.Linear(DIM, DIM)
-        self.out = nn.Linear(DIM, DIM)
+        if attention == "mha":
+            self.mha = nn.MultiheadAttention(DIM, HEADS, batch_first=True)
+        else:
+            self.q = nn.Linear(DIM, DIM)
+            self.k = nn.Linear(DIM, DIM)
+            self.v = nn.Linear(DIM, DIM)
+            self.out = nn.Linear(DIM, DIM)
         self.norm2 = nn.LayerNorm(DIM)
         self.up = nn.Linear(DIM, 2 * DIM)
         self.down = nn.Linear(2 * DIM, DIM)
-        self.manual_attention = manual_attention
+        self.attention = attention
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, width = x.shape
@@ -42,8 +50,11 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.norm1(x)
+        if self.attention == "mha":
+            x = x + self.mha(h, h, h, need_weights=False)[0]
+            return x + self.down(F.gelu(self.up(self.norm2(x))))
         q, k, v = self._heads(self.q(h)), self._heads(self.k(h)), self._heads(self.v(h))
-        if self.manual_attention:  # softmax attention by hand: context parallel cannot split it
+        if self.attention == "manual":  # softmax attention by hand: context parallel cannot split it
             scores = (q @ k.transpose(-1, -2)) / HEAD_DIM**0.5
             mask = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
             a = scores.masked_fill(~mask, float("-inf")).softmax(-1) @ v
@@ -55,12 +66,12 @@ class Block(nn.Module):
 
 
 class TinyLM(nn.Module):
-    def __init__(self, manual_attention: bool = False) -> None:
+    def __init__(self, attention: str = "sdpa") -> None:
         super().__init__()
         torch.manual_seed(0)
         self.embed = nn.Embedding(VOCAB, DIM)
         self.pos = nn.Embedding(SEQ, DIM)
-        self.blocks = nn.ModuleList([Block(manual_attention), Block(manual_attention)])
+        self.blocks = nn.ModuleList([Block(attention), Block(attention)])
         self.head = nn.Linear(DIM, VOCAB)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -95,9 +106,9 @@ def loader(dp_size: int, seq: int = SEQ) -> DataLoader:
     return DataLoader(dataset(seq), batch_size=GLOBAL_BATCH // dp_size, shuffle=False)
 
 
-def single_process(epochs: int) -> tuple[list[float], dict[str, torch.Tensor]]:
+def single_process(epochs: int, attention: str = "sdpa") -> tuple[list[float], dict[str, torch.Tensor]]:
     """Plain PyTorch, whole sequences, global batches: per-step losses and final weights."""
-    net = TinyLM()
+    net = TinyLM(attention)
     opt = make_optimizer(net.parameters())
     losses = []
     for _ in range(epochs):

@@ -40,13 +40,13 @@ def _world_mean(value: torch.Tensor) -> float:
 class AutoLM(phalanx.Module):
     """No configure_model: the strategy shards the whole Module over its fsdp_mesh."""
 
-    manual_attention = False
+    attention = "sdpa"
 
     def __init__(self) -> None:
         super().__init__()
         self.losses: list[float] = []
         self.global_losses: list[float] = []
-        self.net = TinyLM(self.manual_attention)
+        self.net = TinyLM(self.attention)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         tokens, targets = batch
@@ -63,7 +63,11 @@ class AutoLM(phalanx.Module):
 
 
 class ManualAttentionLM(AutoLM):
-    manual_attention = True
+    attention = "manual"
+
+
+class MultiheadAttentionLM(AutoLM):
+    attention = "mha"
 
 
 class ShardedLM(AutoLM):
@@ -95,7 +99,13 @@ class WrongMeshLM(ShardedLM):
         return self.device_mesh["data_parallel"]
 
 
-MODELS = {"auto": AutoLM, "manual": ManualAttentionLM, "sharded": ShardedLM, "wrongmesh": WrongMeshLM}
+MODELS = {
+    "auto": AutoLM,
+    "manual": ManualAttentionLM,
+    "mha": MultiheadAttentionLM,
+    "sharded": ShardedLM,
+    "wrongmesh": WrongMeshLM,
+}
 
 
 def reference_fsdp(epochs: int) -> list[float]:
