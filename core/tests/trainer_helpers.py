@@ -6,6 +6,9 @@ weights against it with ``torch.equal``, so any deviation in step order, scaling
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from phalanx.callbacks.callback import Callback
 from phalanx.module import Module
 
-__all__ = ["LossRecorder", "Net", "dataset", "loader", "plain_fit", "quiet"]
+__all__ = ["LossRecorder", "Net", "dataset", "loader", "plain_fit", "quiet", "run_python"]
 
 
 def dataset(n: int = 40, features: int = 6, seed: int = 0) -> TensorDataset:
@@ -152,3 +155,18 @@ def plain_fit(
         if sched is not None and interval == "epoch" and (epoch + 1) % frequency == 0:
             sched.step()
     return losses, lrs
+
+
+def run_python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter without the launcher's rank variables; fails on a non-zero exit."""
+    from phalanx.utilities import rank_zero
+
+    base = {k: v for k, v in os.environ.items() if k not in rank_zero.RANK_ENV_VARS}
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
