@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 from phalanx.errors import MisconfigurationError
 from phalanx.memory import ModelSummary, ParameterShape
+from phalanx.utilities.attention import AttentionOverride
 
 __all__ = ["build_on_meta", "summarize_model"]
 
@@ -139,44 +139,16 @@ class _FusedAttentionSaves(torch.autograd.Function):
         return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
 
 
-_SDPA = torch.nn.functional.scaled_dot_product_attention
 _SDPA_NAMES = ("query", "key", "value")
 
 
-class _FusedAttention(TorchFunctionMode):
-    """During the trace, every ``F.scaled_dot_product_attention`` saves what a fused kernel saves;
-    ``inside`` tells the pack hook that the bytes it sees belong to attention.
-
-    A direct call reaches the mode; a call from inside a composite torch function (the forward of
-    ``nn.MultiheadAttention``) runs while the mode is set aside, so ``torch.nn.functional``'s
-    name is pointed at :meth:`attend` for the trace's duration too, and put back after it.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.inside = False
-
-    def __enter__(self) -> _FusedAttention:
-        torch.nn.functional.scaled_dot_product_attention = self.attend  # type: ignore[assignment]
-        return super().__enter__()  # type: ignore[no-any-return]
-
-    def __exit__(self, *exc: object) -> None:
-        torch.nn.functional.scaled_dot_product_attention = _SDPA
-        super().__exit__(*exc)
+class _FusedAttention(AttentionOverride):
+    """During the trace, every attention call saves what a fused kernel saves; ``attending`` tells
+    the pack hook that the bytes it sees belong to attention."""
 
     def attend(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         query, key, value = (kwargs[n] if n in kwargs else args[i] for i, n in enumerate(_SDPA_NAMES))
-        self.inside = True
-        try:
-            return _FusedAttentionSaves.apply(query, key, value)  # type: ignore[no-any-return]
-        finally:
-            self.inside = False
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        if func is _SDPA:
-            return self.attend(*args, **kwargs)
-        return func(*args, **kwargs)
+        return _FusedAttentionSaves.apply(query, key, value)  # type: ignore[no-any-return]
 
 
 def _trace_activations(
@@ -201,7 +173,7 @@ def _trace_activations(
             saved[id(base)] = base
             if current[0] is not None:
                 per_block[current[0]][1] += _nbytes(base)
-            if attention.inside:
+            if attention.attending:
                 attention_bytes[0] += _nbytes(base)
         return tensor
 

@@ -4,9 +4,9 @@ The strategy cuts the batch's sequence dimension into ``2 x cp`` chunks and give
 chunks ``i`` and ``2cp - 1 - i``: under a causal mask early tokens attend to few keys and late
 ones to many, so pairing an early chunk with a late one gives every rank the same attention work.
 
-While a training step (and its backward, for recomputed activations) runs, a
-``TorchFunctionMode`` replaces each ``F.scaled_dot_product_attention`` call (also the one inside
-``nn.MultiheadAttention``, through ``torch.nn.functional``'s name for the step's duration): the local keys and
+While a training step (and its backward, for recomputed activations) runs, an
+``AttentionOverride`` (:mod:`phalanx.utilities.attention`) replaces each
+``F.scaled_dot_product_attention`` call, also the one inside ``nn.MultiheadAttention``: the local keys and
 values are all-gathered over the context-parallel group with an autograd-aware functional
 collective (its backward is a reduce-scatter, so dK and dV reach the rank that owns each token)
 and attention runs over the gathered sequence, causal with respect to each token's global
@@ -20,12 +20,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch.distributed import ProcessGroup
 from torch.distributed._functional_collectives import all_gather_single_autograd
-from torch.overrides import TorchFunctionMode
 
 from phalanx.errors import MisconfigurationError
+from phalanx.utilities.attention import AttentionOverride
+from phalanx.utilities.attention import scaled_dot_product_attention as _SDPA
 
 __all__ = [
     "ContextParallelAttention",
@@ -40,7 +40,6 @@ __all__ = [
 #: batches, only the listed keys, each along its dim (None: not split).
 SeqDims = int | Mapping[str, int | None]
 
-_SDPA = F.scaled_dot_product_attention
 _SDPA_NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 _ACTIVE: list[ContextParallelAttention] = []
 
@@ -140,8 +139,9 @@ def split_batch(batch: Any, seq_dims: SeqDims, size: int, rank: int, _path: str 
     return batch
 
 
-class ContextParallelAttention(TorchFunctionMode):
-    """Active during a step: every ``F.scaled_dot_product_attention`` attends over the whole sequence.
+class ContextParallelAttention(AttentionOverride):
+    """Active during a step: every ``F.scaled_dot_product_attention`` attends over the whole sequence
+    (also the call inside ``nn.MultiheadAttention``: :class:`phalanx.utilities.attention.AttentionOverride`).
 
     Counts the calls it replaced, so the strategy can refuse a model that never called it (its
     attention, if any, would silently see only this rank's tokens).
@@ -153,40 +153,21 @@ class ContextParallelAttention(TorchFunctionMode):
         self.size = size
         self.rank = rank
         self.calls = 0
-        self._attending = False
 
     def __enter__(self) -> ContextParallelAttention:
         _ACTIVE.append(self)
-        # A call from inside a composite torch function (nn.MultiheadAttention's forward) runs
-        # while the mode is set aside: point torch.nn.functional's name here too, for the step.
-        F.scaled_dot_product_attention = self._attention  # type: ignore[assignment]
-        return super().__enter__()  # type: ignore[no-any-return]
+        super().__enter__()
+        return self
 
     def __exit__(self, *exc: object) -> None:
         _ACTIVE.remove(self)
-        F.scaled_dot_product_attention = _ACTIVE[-1]._attention if _ACTIVE else _SDPA  # type: ignore[assignment]
         super().__exit__(*exc)
-
-    def __torch_function__(
-        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
-    ) -> Any:
-        kwargs = kwargs or {}
-        if func is _SDPA and not self._attending:
-            return self._attention(*args, **kwargs)
-        return func(*args, **kwargs)
 
     def _gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """All-gather along the sequence dim (-2) with autograd: the backward reduce-scatters dK / dV."""
         return all_gather_single_autograd(tensor.contiguous(), tensor.dim() - 2, self.group)
 
-    def _attention(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        self._attending = True  # the calls below reach torch's own kernel
-        try:
-            return self._split_attention(*args, **kwargs)
-        finally:
-            self._attending = False
-
-    def _split_attention(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+    def attend(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         call = dict(zip(_SDPA_NAMES, args)) | kwargs
         query, key, value = call.pop("query"), call.pop("key"), call.pop("value")
         if call.get("attn_mask") is not None:
