@@ -39,7 +39,7 @@ def _run_once(command: list[str]) -> tuple[float, float]:
 
 
 def _installed_plugins() -> list[str]:
-    code = "import json, phalanx.cli as c; from phalanx.plugins import plugin_records as r; print(json.dumps([(p.name, p.distribution, p.version, p.status) for p in r()]))"
+    code = "import json, phalanx.cli as c; from phalanx.discovery import plugin_records as r; print(json.dumps([(p.name, p.distribution, p.version, p.status) for p in r()]))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     return [f"{name} ({dist} {version}, {status})" for name, dist, version, status in json.loads(out)]
 

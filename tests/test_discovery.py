@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from phalanx.plugins import plugin_records
+from phalanx.discovery import plugin_records
 from phalanx.registry import CheckpointIORegistry, StrategyRegistry
 
 

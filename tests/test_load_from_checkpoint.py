@@ -21,7 +21,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from phalanx.plugins import convert_checkpoint
+from phalanx.discovery import convert_checkpoint
 from phalanx.testing import run_command
 
 #: One training run's limit; the pytest timeout leaves room for loading and the clean kill.

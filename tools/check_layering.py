@@ -45,7 +45,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                                   "phalanx.version", "phalanx.trainer_view", "phalanx.hooks", "phalanx.memory")),
     ("helpers", ("phalanx._empty_init", "phalanx._module_hooks", "phalanx.model_shapes", "phalanx.utilities.*")),
     ("contracts", ("phalanx.accelerators", "phalanx.precision", "phalanx.checkpoint_io", "phalanx.environments")),
-    ("plugin machinery", ("phalanx.hookspecs", "phalanx.plugins", "phalanx.planning")),
+    ("plugin machinery", ("phalanx.hookspecs", "phalanx.discovery", "phalanx.planning")),
     ("launchers", ("phalanx.launchers",)),
     ("strategies", ("phalanx.strategies",)),
     ("module, callbacks, loggers", ("phalanx.module", "phalanx.callbacks", "phalanx.loggers", "phalanx.hparams",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from phalanx import plugins
+from phalanx import discovery
 
 __all__ = ["SitePackages", "site_packages"]
 
@@ -43,7 +43,7 @@ class SitePackages:
         lines += [f"Requires-Dist: {req}" for req in requires]
         (info / "METADATA").write_text("\n".join(lines) + "\n\n")
         (info / "entry_points.txt").write_text(f"[phalanx]\n{entry_point or name} = {module}\n")
-        plugins._reset_for_tests()
+        discovery._reset_for_tests()
         return module
 
 
@@ -54,8 +54,8 @@ def site_packages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[S
     root.mkdir()
     monkeypatch.syspath_prepend(str(root))
     monkeypatch.setenv("PYTHONPATH", str(root))
-    plugins._reset_for_tests()
+    discovery._reset_for_tests()
     yield SitePackages(root)
     for key in [k for k in sys.modules if k.startswith("phalanx_fake")]:
         del sys.modules[key]
-    plugins._reset_for_tests()
+    discovery._reset_for_tests()

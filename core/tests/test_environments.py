@@ -148,7 +148,7 @@ def test_slurm_validate_settings_names_both_numbers(_clean: pytest.MonkeyPatch) 
 
 
 def test_detection_through_the_plugin_hook(_clean: pytest.MonkeyPatch) -> None:
-    from phalanx.plugins import detect_cluster_environment
+    from phalanx.discovery import detect_cluster_environment
 
     assert type(detect_cluster_environment()) is LocalEnvironment
     _torchrun_vars(_clean)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from plugin_fixtures import SitePackages
 
-from phalanx import _metadata, plugins
+from phalanx import _metadata, discovery
 from phalanx.errors import PhalanxError, PluginUnavailableError, UnknownNameError
 from phalanx.registry import PrecisionRegistry, StrategyRegistry
 
@@ -27,8 +27,8 @@ def _good(site: SitePackages, name: str = "phalanx-fake-good") -> str:
     return site.add(name, module_source=GOOD.replace("{module}", module))
 
 
-def _record(name: str) -> plugins.PluginRecord:
-    return next(r for r in plugins.plugin_records() if r.name == name)
+def _record(name: str) -> discovery.PluginRecord:
+    return next(r for r in discovery.plugin_records() if r.name == name)
 
 
 def test_builtin_plugin_is_discovered_through_its_entry_point() -> None:
@@ -91,7 +91,7 @@ def test_disable_env_blocks_a_plugin_and_resolves_a_conflict(
     _good(site_packages, "phalanx-fake-aaa")
     _good(site_packages, "phalanx-fake-bbb")
     monkeypatch.setenv("PHALANX_DISABLE_PLUGINS", "phalanx-fake-bbb, other")
-    plugins._reset_for_tests()
+    discovery._reset_for_tests()
     assert _record("phalanx-fake-bbb").status == "blocked"
     assert StrategyRegistry.entry("vendor").source.distribution == "phalanx-fake-aaa"
     assert StrategyRegistry.get("vendor").flavour == "spicy"
@@ -124,7 +124,7 @@ def phalanx_select_strategy(accelerator, num_devices, num_nodes, interactive):
 """
     site_packages.add("phalanx-fake-decider", module_source=source)
     with pytest.raises(PhalanxError, match="phalanx-fake-decider.*PHALANX_DISABLE_PLUGINS=phalanx-fake-decider"):
-        plugins.select_strategy_name(accelerator="cpu", num_devices=1, num_nodes=1, interactive=False)
+        discovery.select_strategy_name(accelerator="cpu", num_devices=1, num_nodes=1, interactive=False)
     assert "single_device" in StrategyRegistry  # the registry keeps working
 
 
@@ -137,10 +137,10 @@ def phalanx_select_strategy(accelerator, num_devices, num_nodes, interactive):
     return "vendor_auto" if accelerator == "cpu" and num_devices == 4 else None
 """
     site_packages.add("phalanx-fake-auto", module_source=source)
-    assert plugins.select_strategy_name(accelerator="cpu", num_devices=4, num_nodes=1, interactive=False) == "vendor_auto"
-    assert plugins.select_strategy_name(accelerator="cpu", num_devices=1, num_nodes=1, interactive=False) == "single_device"
-    assert plugins.select_strategy_name(accelerator="cpu", num_devices=2, num_nodes=1, interactive=True) == "ddp_notebook"
-    assert plugins.select_strategy_name(accelerator="cpu", num_devices=1, num_nodes=2, interactive=False) == "ddp"
+    assert discovery.select_strategy_name(accelerator="cpu", num_devices=4, num_nodes=1, interactive=False) == "vendor_auto"
+    assert discovery.select_strategy_name(accelerator="cpu", num_devices=1, num_nodes=1, interactive=False) == "single_device"
+    assert discovery.select_strategy_name(accelerator="cpu", num_devices=2, num_nodes=1, interactive=True) == "ddp_notebook"
+    assert discovery.select_strategy_name(accelerator="cpu", num_devices=1, num_nodes=2, interactive=False) == "ddp"
 
 
 def test_unsatisfied_requirement_makes_entry_unavailable(site_packages: SitePackages) -> None:
@@ -207,7 +207,7 @@ def phalanx_select_strategy(accelerator, devices):
     assert "fix: rename 'devices' to 'num_devices'" in reason
     assert "badsig" not in StrategyRegistry  # refused as a whole: none of its hooks run
     assert "vendor" in StrategyRegistry
-    assert plugins.select_strategy_name(accelerator="cpu", num_devices=1, num_nodes=1, interactive=False) == "single_device"
+    assert discovery.select_strategy_name(accelerator="cpu", num_devices=1, num_nodes=1, interactive=False) == "single_device"
 
 
 def test_wrapper_on_a_registration_hook_is_refused(site_packages: SitePackages) -> None:
@@ -248,19 +248,19 @@ def test_selecting_a_name_of_a_blocked_plugin_says_how_to_unblock(
     source = GOOD.replace("{module}", "phalanx_fake_blk").replace('"vendor"', '"blk_fast"')
     site_packages.add("phalanx-fake-blk", module_source=source, entry_point="blk")
     monkeypatch.setenv("PHALANX_DISABLE_PLUGINS", "blk")
-    plugins._reset_for_tests()
+    discovery._reset_for_tests()
     with pytest.raises(UnknownNameError) as info:
         StrategyRegistry.get("blk_fast")
     text = str(info.value)
     assert "'blk_fast' would come from plugin 'blk' (phalanx-fake-blk 1.0), which is not loaded" in text
     assert "blocked by PHALANX_DISABLE_PLUGINS=blk; fix: unset PHALANX_DISABLE_PLUGINS to load it" in text
     assert "phalanx_fake_blk" not in sys.modules  # blocked through pluggy before any import
-    assert plugins.get_plugin_manager().is_blocked("blk")
+    assert discovery.get_plugin_manager().is_blocked("blk")
 
 
 def test_blocking_ddp_explains_why_ddp_is_unknown(site_packages: SitePackages, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PHALANX_DISABLE_PLUGINS", "ddp,other")
-    plugins._reset_for_tests()
+    discovery._reset_for_tests()
     with pytest.raises(UnknownNameError) as info:
         StrategyRegistry.entry("ddp")
     text = str(info.value)

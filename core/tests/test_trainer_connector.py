@@ -165,10 +165,10 @@ def test_missing_model_parallel_plugin_names_the_distribution() -> None:
 def test_unloaded_model_parallel_plugin_names_the_distribution(monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs in every environment: blocked when installed, absent otherwise; both name the package."""
     import phalanx.strategies as strategies
-    from phalanx import plugins
+    from phalanx import discovery
 
     monkeypatch.setenv("PHALANX_DISABLE_PLUGINS", "model_parallel")
-    plugins._reset_for_tests()
+    discovery._reset_for_tests()
     try:
         with pytest.raises((PluginUnavailableError, UnknownNameError), match="phalanx-strategy-model-parallel"):
             Trainer(strategy="model_parallel", **quiet())
@@ -176,7 +176,7 @@ def test_unloaded_model_parallel_plugin_names_the_distribution(monkeypatch: pyte
             strategies.ModelParallelStrategy  # noqa: B018
     finally:
         monkeypatch.delenv("PHALANX_DISABLE_PLUGINS")
-        plugins._reset_for_tests()
+        discovery._reset_for_tests()
 
 
 def test_plugins_by_instance_and_name() -> None:

@@ -29,7 +29,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from phalanx.plugins import convert_checkpoint
+from phalanx.discovery import convert_checkpoint
 from phalanx.testing.processes import Job
 
 SCRIPT = Path(__file__).parent / "scripts" / "callbacks_matrix.py"

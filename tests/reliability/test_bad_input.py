@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from bad_input_cases import _REGISTER, CASES, install_plugin
 
-from phalanx import Trainer, plugins
+from phalanx import Trainer, discovery
 
 _FIX = re.compile(
     r"\b(fix|pass|use|choose|install|set|define|subclass|upgrade|resume|pick|check|load|make|leave|delete|unset|"
@@ -85,9 +85,9 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     root = tmp_path / "site"
     root.mkdir()
     monkeypatch.syspath_prepend(str(root))
-    plugins._reset_for_tests()
+    discovery._reset_for_tests()
     yield root
-    plugins._reset_for_tests()
+    discovery._reset_for_tests()
     for key in [k for k in sys.modules if k.startswith("phalanx_fake")]:
         del sys.modules[key]
 
@@ -133,7 +133,7 @@ PLUGIN_CASES = {
 def test_plugin_fault(site: Path, tmp_path: Path, case: str) -> None:
     entry, source, requires, strategy, expected, must = PLUGIN_CASES[case]
     install_plugin(site, entry, source, requires=requires)
-    plugins._reset_for_tests()
+    discovery._reset_for_tests()
     before = _snapshot(tmp_path)
     with pytest.raises(BaseException) as info:
         Trainer(accelerator="cpu", logger=False, strategy=strategy, default_root_dir=str(tmp_path / "root"))
@@ -145,18 +145,18 @@ def test_plugin_fault(site: Path, tmp_path: Path, case: str) -> None:
 def test_name_of_a_blocked_plugin_says_which_and_how_to_unblock(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, strategy: str
 ) -> None:
-    monkeypatch.setenv(plugins.DISABLE_ENV, "ddp")
-    plugins._reset_for_tests()
+    monkeypatch.setenv(discovery.DISABLE_ENV, "ddp")
+    discovery._reset_for_tests()
     try:
         with pytest.raises(BaseException) as info:
             Trainer(accelerator="cpu", logger=False, strategy=strategy, default_root_dir=str(tmp_path / "root"))
     finally:
-        monkeypatch.delenv(plugins.DISABLE_ENV)
-        plugins._reset_for_tests()
+        monkeypatch.delenv(discovery.DISABLE_ENV)
+        discovery._reset_for_tests()
     _check_error(
         info.value,
         "UnknownNameError",
-        (f"'{strategy}'", "plugin 'ddp'", "blocked by PHALANX_DISABLE_PLUGINS=ddp", f"unset {plugins.DISABLE_ENV}"),
+        (f"'{strategy}'", "plugin 'ddp'", "blocked by PHALANX_DISABLE_PLUGINS=ddp", f"unset {discovery.DISABLE_ENV}"),
     )
     assert not (tmp_path / "root").exists()
 

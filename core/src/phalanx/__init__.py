@@ -55,13 +55,13 @@ def __getattr__(name: str) -> Any:
 
 def _discover_plugins() -> None:
     """Fill every registry from the installed plugins; runs on the first read of any registry."""
-    from phalanx.plugins import load_plugins
+    from phalanx.discovery import load_plugins
 
     load_plugins()
 
 
 # The composition root: discovery is installed as the registries' fill-on-first-read callback, so
-# phalanx.registry stays a plain container that never imports phalanx.plugins, and importing
+# phalanx.registry stays a plain container that never imports phalanx.discovery, and importing
 # phalanx loads neither the plugins, pluggy, torch nor importlib.metadata.
 for _each in _registry.GLOBAL_REGISTRIES:
     _each.fill_on_first_read(_discover_plugins)

@@ -216,7 +216,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 def _cmd_checkpoint_convert(args: argparse.Namespace) -> int:
     from phalanx.errors import PhalanxError
-    from phalanx.plugins import convert_checkpoint
+    from phalanx.discovery import convert_checkpoint
 
     try:
         convert_checkpoint(args.source, args.destination)

@@ -4,7 +4,7 @@ Shared by ``phalanx plan`` and ``Trainer.plan``: both describe the model once on
 (:mod:`phalanx.model_shapes`), then ask the ``phalanx_estimate_memory`` hook once per strategy
 name. A name that is not usable here is still planned (what it would cost is worth knowing before
 installing it), with its reason. This module sits above the plugin machinery (it calls
-:func:`phalanx.plugins.decide`), while the data it passes around lives below it in
+:func:`phalanx.discovery.decide`), while the data it passes around lives below it in
 :mod:`phalanx.memory`, which the hook contract names; so the import graph has no cycle.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from phalanx.errors import MisconfigurationError
 from phalanx.memory import MemoryEstimate, MemoryRequest, ModelSummary, format_bytes
-from phalanx.plugins import decide
+from phalanx.discovery import decide
 from phalanx.registry import StrategyRegistry
 
 __all__ = ["PlanReport", "PlanRow", "estimate_memory", "plan_strategies"]

@@ -6,7 +6,7 @@ be installed. Listing never imports a target, so ``phalanx strategies`` stays fa
 the import happens in :meth:`Registry.get_class` when a name is actually used.
 
 A registry is a plain container: it knows nothing of plugins or entry points. Discovery
-(:mod:`phalanx.plugins`) fills the five global registries through the registration hooks, installs
+(:mod:`phalanx.discovery`) fills the five global registries through the registration hooks, installs
 itself as their :meth:`~Registry.fill_on_first_read` callback (so the first read of any of them
 loads the installed plugins), takes back what a failing plugin registered with
 :meth:`~Registry.remove_plugin`, and tells them which plugins did not load

@@ -201,7 +201,7 @@ def read_checkpoint(
 
 def _read_directory(path: str, map_location: Any, weights_only: bool) -> dict[str, Any]:
     """Convert a sharded checkpoint directory (local or a URL) into a temporary portable file and read that."""
-    from phalanx.plugins import decide
+    from phalanx.discovery import decide
 
     with tempfile.TemporaryDirectory(prefix="phalanx-load-") as folder:
         portable = os.path.join(folder, "portable.ckpt")

@@ -75,7 +75,7 @@ def main() -> None:
         loaded = sharded_trainer.strategy.checkpoint_io.load_checkpoint(folder)
         out["sharded_matches"] = all(torch.equal(loaded["state_dict"][k], v.cpu()) for k, v in sharded_model.state_dict().items())
 
-        from phalanx.plugins import convert_checkpoint
+        from phalanx.discovery import convert_checkpoint
 
         portable = root / "portable.ckpt"
         convert_checkpoint(str(folder), str(portable))  # what `phalanx checkpoint convert` runs

@@ -103,7 +103,7 @@ def _imported_torch_lines() -> list[str]:
 
 def print_env(*, import_torch: bool) -> int:
     """Print the environment report; ``import_torch`` asks torch itself (slower, authoritative)."""
-    from phalanx.plugins import plugin_records
+    from phalanx.discovery import plugin_records
     from phalanx.version import __version__
 
     lines = [

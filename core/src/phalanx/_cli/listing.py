@@ -160,7 +160,7 @@ def print_strategies(*, show_all: bool, as_json: bool) -> int:
 
 def plugin_problems() -> list[str]:
     """One sentence per plugin that did not load: name, distribution, status and reason."""
-    from phalanx.plugins import plugin_records
+    from phalanx.discovery import plugin_records
 
     return [
         f"plugin {r.name!r} ({r.distribution or 'unknown distribution'}) {r.status}: {r.reason}"
@@ -171,7 +171,7 @@ def plugin_problems() -> list[str]:
 
 def verified_rows() -> list[dict[str, Any]]:
     """Per entry point: the record of ``phalanx plugins --json`` plus ``verified`` (see :func:`verdict`)."""
-    from phalanx.plugins import plugin_records
+    from phalanx.discovery import plugin_records
     from phalanx.testing._report import find_report, read_report, verdict
 
     rows = []
@@ -217,7 +217,7 @@ def print_verified(*, as_json: bool) -> int:
 
 def print_plugins(*, as_json: bool) -> int:
     """Print every entry point of the ``phalanx`` group with its status and what it provides."""
-    from phalanx.plugins import plugin_records
+    from phalanx.discovery import plugin_records
 
     records = plugin_records()
     if as_json:

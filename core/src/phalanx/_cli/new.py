@@ -184,7 +184,7 @@ def _torch_requirement() -> str:
 def _taken_names(kind: str) -> dict[str, str]:
     """Installed plugin names (entry points) and the kind's registered names -> who owns them."""
     from phalanx import registry
-    from phalanx.plugins import plugin_records
+    from phalanx.discovery import plugin_records
 
     taken = {r.name: f"the entry point of {r.distribution or 'an installed plugin'}" for r in plugin_records()}
     kind_registry = getattr(registry, KINDS[kind].registry)

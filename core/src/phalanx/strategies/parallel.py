@@ -155,7 +155,7 @@ class ParallelStrategy(ParallelCollectives, Strategy):
     def cluster_environment(self) -> ClusterEnvironment:
         """The cluster environment; detected through the plugins the first time it is needed."""
         if self._cluster_environment is None:
-            from phalanx.plugins import detect_cluster_environment
+            from phalanx.discovery import detect_cluster_environment
 
             self._cluster_environment = detect_cluster_environment()
         return self._cluster_environment

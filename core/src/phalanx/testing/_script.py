@@ -26,7 +26,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 from phalanx import Module, Trainer
 from phalanx.callbacks import ModelCheckpoint
-from phalanx.plugins import convert_checkpoint
+from phalanx.discovery import convert_checkpoint
 from phalanx.strategies import StrategyRegistry
 
 OUT = {out!r}

@@ -1,7 +1,7 @@
 """Turn ``accelerator`` / ``strategy`` / ``devices`` / ``num_nodes`` / ``precision`` / ``plugins``
 into one configured Strategy.
 
-Every "auto" is answered by the plugins' ``firstresult`` hooks (``phalanx.plugins``) and every name
+Every "auto" is answered by the plugins' ``firstresult`` hooks (``phalanx.discovery``) and every name
 is looked up in a registry, so an installed plugin can change what "auto" means or add names
 without the core knowing about it. The result is a Strategy whose accelerator, precision,
 checkpoint IO and (for parallel strategies) devices, nodes and cluster environment are all filled.
@@ -90,7 +90,7 @@ def _split_plugins(plugins: list[Any]) -> tuple[Any, Any, Any]:
 
 def _resolve_accelerator(accelerator: Any, strategy: Any) -> Any:
     from phalanx.accelerators.accelerator import Accelerator
-    from phalanx.plugins import select_accelerator_name
+    from phalanx.discovery import select_accelerator_name
     from phalanx.registry import AcceleratorRegistry
 
     if isinstance(accelerator, Accelerator):
@@ -194,7 +194,7 @@ def resolve_strategy(
         UnknownNameError: An unregistered accelerator/strategy/precision name.
         PluginUnavailableError: The name belongs to a plugin that is not installed or usable.
     """
-    from phalanx.plugins import select_strategy_name
+    from phalanx.discovery import select_strategy_name
     from phalanx.strategies.configuration import StrategyConfiguration
     from phalanx.strategies.strategy import Strategy
 

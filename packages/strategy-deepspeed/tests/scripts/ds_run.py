@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from phalanx import Module, Trainer
 from phalanx.callbacks import Callback, ModelCheckpoint
-from phalanx.plugins import convert_checkpoint
+from phalanx.discovery import convert_checkpoint
 
 LR = 0.05
 BATCH = 4
