@@ -83,8 +83,17 @@ def test_killed_group_is_dropped_restarted_and_healed(tmp_path: Path) -> None:
     about ``TIMEOUT``: the lighthouse drops group 1 when its heartbeat stops); group 1 restarts,
     receives weights, Adam state and the loop position from group 0 before its first step, and
     from that step on both commit together. Both end with the weights of that replay.
+
+    The restart is gated (``heal_after_alone``): group 1, started again, waits for the survivor's
+    first step alone before it joins. On an idle machine it is otherwise back within the stall,
+    joins step 5's quorum and no step runs alone, so whether the drop was tested would depend on
+    the machine. While alone the survivor sleeps 0.5 s per step (``alone_sleep``), which gives the
+    restarted group about 20 s to find it still training, and costs nothing once both are back.
     """
-    job = start_fit(tmp_path, 8, timeout=TIMEOUT, quorum_timeout=60, kill_group=1, kill_step=4, step_sleep=0.2)
+    job = start_fit(
+        tmp_path, 8, timeout=TIMEOUT, quorum_timeout=60, kill_group=1, kill_step=4, step_sleep=0.2,
+        heal_after_alone=True, alone_sleep=0.5,
+    )  # fmt: skip
     assert job.wait(180) == 0, job.output()
     survivor, healed = (load_json(tmp_path / f"group{g}_rank0.json") for g in (0, 1))
     log = survivor["commit_log"]

@@ -57,11 +57,13 @@ def test_killed_sharded_group_is_dropped_restarted_and_healed_rank_by_rank(tmp_p
     the start of step h: each of its ranks receives the shards of the same rank of group 0 (rank 1's
     state is smaller: its shard of the last layer is empty), and from step h both commit together.
     While alone, the survivor sleeps 1 s per step: the restart has up to 19 steps (about 20 s) to
-    find it still training, while the steps before and after cost no waiting.
+    find it still training, while the steps before and after cost no waiting. The restarted group
+    waits for the survivor's first step alone (``heal_after_alone``), as in test_ft_ddp.py: a
+    restart back within the stall would otherwise join step 5 and no step would run alone.
     """
     job = start_fit(
         tmp_path, 8, hsdp=True, devices=2, timeout=TIMEOUT, quorum_timeout=60, kill_group=1, kill_step=4,
-        alone_sleep=1.0,
+        alone_sleep=1.0, heal_after_alone=True,
     )  # fmt: skip
     assert job.wait(180) == 0, job.output()
     results = _results(tmp_path)

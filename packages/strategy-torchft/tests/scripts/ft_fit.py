@@ -6,7 +6,8 @@ accumulate / clip (Trainer's accumulate_grad_batches / gradient_clip_val),
 kill_group / kill_step (SIGKILL that group's processes, every rank, during that step, once), step_sleep (seconds
 per step, so a restarted group finds the others still training), alone_sleep (seconds per step
 while the previous step committed with one group only: the survivor waits for the restarted group
-without slowing the rest of the run).
+without slowing the rest of the run), heal_after_alone (the restarted group waits before its fit
+until the survivor has committed a step alone, so the drop is seen however fast the restart is).
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ import phalanx
 OUT = sys.argv[1]
 EPOCHS = int(sys.argv[2])
 OPTIONS: dict[str, Any] = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+#: Written by the survivor's rank 0 once it has committed a step with its group alone (heal_after_alone).
+ALONE = os.path.join(OUT, "committed_alone")
+#: How long a restarted group waits for ALONE before it joins anyway (the test then fails on the log).
+ALONE_WAIT_SECONDS = 60.0
 
 
 class Net(phalanx.Module):
@@ -52,6 +57,9 @@ class Net(phalanx.Module):
         if OPTIONS.get("step_sleep"):
             time.sleep(OPTIONS["step_sleep"])
         log = strategy.commit_log
+        alone = bool(log) and log[-1]["committed"] and log[-1]["participants"] == 1
+        if OPTIONS.get("heal_after_alone") and alone and self.trainer.global_rank == 0 and not os.path.exists(ALONE):
+            write_json(ALONE, {"group": strategy.replica_group_id, "global_step": log[-1]["global_step"]})
         if OPTIONS.get("alone_sleep") and log and log[-1]["participants"] == 1:
             time.sleep(OPTIONS["alone_sleep"])
         return loss_fn(self.net, batch)
@@ -66,7 +74,27 @@ class Net(phalanx.Module):
             write_json(os.path.join(OUT, "lighthouse.json"), {"pid": lighthouse.pid})
 
 
+def wait_until_the_survivor_committed_alone() -> None:
+    """A restarted group (its kill marker exists at start-up) waits for the survivor's first step alone.
+
+    Without it the outcome depends on the machine: a restart that is back within the survivor's
+    stall of about ``timeout`` joins the first quorum after the failure, and no step runs with one
+    group. Waiting on the survivor's file makes the drop happen on every run; the wait ends after
+    ``ALONE_WAIT_SECONDS`` all the same, so a survivor that never steps alone fails the test's
+    assertions on its commit log rather than its timeout.
+    """
+    deadline = time.monotonic() + ALONE_WAIT_SECONDS
+    while not os.path.exists(ALONE):
+        if time.monotonic() > deadline:
+            print(f"ft_fit: no step committed alone within {ALONE_WAIT_SECONDS:g}s ({ALONE} missing); "
+                  "joining anyway", file=sys.stderr, flush=True)  # fmt: skip
+            return
+        time.sleep(0.05)  # polls the file the survivor writes, it does not guess a delay
+
+
 if __name__ == "__main__":
+    if OPTIONS.get("heal_after_alone") and os.path.exists(os.path.join(OUT, "killed")):
+        wait_until_the_survivor_committed_alone()
     torch.manual_seed(SEED)
     model = Net()
     kwargs = {
