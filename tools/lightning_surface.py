@@ -10,7 +10,18 @@ promise covers today, group by group:
 * public ``Module`` members (``LightningModule`` vs ``phalanx.Module``, both less ``torch.nn.Module``'s own),
 * public ``DataModule`` members,
 * the names exported by the packages a script imports from (``lightning.pytorch``,
-  ``.callbacks``, ``.loggers``, ``.strategies``, ``.utilities``) that phalanx's namesakes lack.
+  ``.callbacks``, ``.loggers``, ``.strategies``, ``.utilities``) that phalanx's namesakes lack,
+* **every public module path** of ``lightning.pytorch``: whether ``phalanx.<path>`` imports and
+  which of the module's public names it lacks, with a total of names and modules present.
+
+A module path is public when no dotted segment starts with ``_`` (found with ``pkgutil``). A
+module's public names are its ``__all__`` when it has one; otherwise the non-underscore names its
+own source binds at module level (classes, functions and constants; loggers, ``TypeVar``\ s and
+``TYPE_CHECKING`` are not names a script imports) plus the names it imports on a line marked
+``# noqa: F401`` (the linter's mark for an import kept on purpose: a re-export). Names it merely
+imports for its own use (``Optional``, ``MisconfigurationException`` in every module) do not
+count. A name is present when ``getattr(phalanx.<path>, renamed)`` works. Deliberate differences,
+each with its reason, are listed once in :data:`DIFFERENCES` and reported apart from "missing".
 
 Run it where both Lightning and phalanx import (the ``lightning`` nox session runs it)::
 
@@ -25,11 +36,17 @@ resolves from a plugin package that is not installed are counted apart (``plugin
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import inspect
 import json
+import logging
+import pkgutil
 import sys
+import typing
+import warnings
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 #: (group, Lightning module, phalanx module) whose exported names are compared.
@@ -43,6 +60,11 @@ PACKAGES = (
 
 #: Lightning's names the rename rule maps onto phalanx's.
 RENAMED = {"LightningModule": "Module", "LightningDataModule": "DataModule"}
+
+#: Lightning's public module paths or names that phalanx does not provide on purpose, with why.
+#: A key is a module path (the module and everything below it) or ``"module:Name"``; the same text
+#: is the table at the end of docs/migrating-from-lightning.md.
+DIFFERENCES: dict[str, str] = {}
 
 
 @dataclass
@@ -154,6 +176,220 @@ def compare() -> list[Group]:
     return groups
 
 
+@dataclass
+class ModulePath:
+    """One public Lightning module beside ``phalanx.<path>``."""
+
+    lightning: str
+    phalanx: str
+    names: int
+    #: ``present``: imports, every name there or a listed difference; ``partial``: imports, names
+    #: missing; ``absent``: does not import; ``difference``: the whole module is a listed difference;
+    #: ``unimportable``: Lightning's own module does not import here (an optional dependency).
+    status: str
+    present: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    differences: list[str] = field(default_factory=list)
+    needs_plugin: list[str] = field(default_factory=list)
+    note: str = ""
+
+
+def lightning_module_paths() -> list[str]:
+    """``lightning.pytorch`` and every module below it with no ``_``-prefixed segment.
+
+    The walk reads the package directories (``pkgutil.iter_modules``) instead of importing each
+    package, so the modules of a package that does not import here are still listed.
+    """
+    import lightning.pytorch as lp
+
+    paths = ["lightning.pytorch"]
+    stack = [(list(lp.__path__), "lightning.pytorch")]
+    while stack:
+        search, prefix = stack.pop()
+        for info in pkgutil.iter_modules(search, prefix + "."):
+            if info.name.rpartition(".")[2].startswith("_"):
+                continue
+            paths.append(info.name)
+            if info.ispkg:
+                stack.append(([str(Path(info.module_finder.path) / info.name.rpartition(".")[2])], info.name))  # type: ignore[union-attr]
+    return sorted(set(paths))
+
+
+def _is_reexport(source_lines: list[str], node: ast.stmt) -> bool:
+    line = source_lines[node.lineno - 1]
+    return "noqa" in line and "F401" in line
+
+
+def _module_level_statements(tree: ast.Module) -> list[ast.stmt]:
+    """Statements run at import: the body, and the bodies of top-level ``if``/``try`` blocks,
+    except ``if TYPE_CHECKING:`` (names bound only for the type checker)."""
+    out: list[ast.stmt] = []
+    stack = list(reversed(tree.body))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If):
+            if "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            stack.extend(reversed(node.body + node.orelse))
+        elif isinstance(node, ast.Try):
+            stack.extend(reversed(node.body + [s for h in node.handlers for s in h.body] + node.orelse + node.finalbody))
+        else:
+            out.append(node)
+    return out
+
+
+def public_names(module: Any) -> set[str]:
+    """A module's public names by the rule in this file's docstring (``__all__``, else own bindings
+    and ``# noqa: F401`` re-exports)."""
+    declared = getattr(module, "__all__", None)
+    if declared is not None:
+        return {str(name) for name in declared if not str(name).startswith("_")}
+    path = getattr(module, "__file__", None)
+    if not path or not path.endswith(".py"):
+        return set()
+    with open(path, encoding="utf-8") as handle:
+        source = handle.read()
+    lines = source.splitlines()
+    bound: set[str] = set()
+    for node in _module_level_statements(ast.parse(source)):
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.Assign):
+            bound.update(target.id for target in node.targets if isinstance(target, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            bound.add(node.target.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)) and _is_reexport(lines, node):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    names = set()
+    for name in bound:
+        if name.startswith("_") or name == "TYPE_CHECKING" or not hasattr(module, name):
+            continue
+        value = getattr(module, name)
+        if isinstance(value, (logging.Logger, typing.TypeVar, typing.ParamSpec, type(sys))):
+            continue
+        if name[0].islower() and not (inspect.isclass(value) or inspect.isroutine(value)):
+            continue  # module state such as a warning cache; constants are CAPITALS or CapWords aliases
+        names.add(name)
+    return names
+
+
+def phalanx_path(lightning_path: str) -> str:
+    """``lightning.pytorch.X.Y`` -> ``phalanx.X.Y`` (the rename rule)."""
+    return "phalanx" + lightning_path.removeprefix("lightning.pytorch")
+
+
+def difference_for(module: str, name: str | None = None) -> str | None:
+    """The listed reason phalanx lacks ``module`` (or ``module:name``), if there is one."""
+    if name is not None and f"{module}:{name}" in DIFFERENCES:
+        return DIFFERENCES[f"{module}:{name}"]
+    parts = module.split(".")
+    for end in range(len(parts), 0, -1):
+        reason = DIFFERENCES.get(".".join(parts[:end]))
+        if reason is not None:
+            return reason
+    return None
+
+
+def compare_modules() -> list[ModulePath]:
+    """Every public Lightning module beside its phalanx namesake."""
+    from phalanx.errors import PluginUnavailableError
+
+    results = []
+    for path in lightning_module_paths():
+        ours_path = phalanx_path(path)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                theirs_module = importlib.import_module(path)
+        except Exception as error:  # noqa: BLE001 - an optional dependency of Lightning's own module
+            results.append(ModulePath(path, ours_path, 0, "unimportable", note=f"{type(error).__name__}: {error}"))
+            continue
+        theirs = sorted(public_names(theirs_module))
+        if difference_for(path) is not None:
+            results.append(ModulePath(path, ours_path, len(theirs), "difference", differences=theirs))
+            continue
+        try:
+            ours_module = importlib.import_module(ours_path)
+        except ImportError as error:
+            results.append(
+                ModulePath(path, ours_path, len(theirs), "absent", missing=theirs, note=f"{type(error).__name__}: {error}")
+            )
+            continue
+        entry = ModulePath(path, ours_path, len(theirs), "present")
+        for name in theirs:
+            try:
+                getattr(ours_module, RENAMED.get(name, name))
+            except PluginUnavailableError:
+                entry.needs_plugin.append(name)
+            except (AttributeError, ImportError):
+                (entry.differences if difference_for(path, name) else entry.missing).append(name)
+            else:
+                entry.present.append(name)
+        if entry.missing:
+            entry.status = "partial"
+        results.append(entry)
+    return results
+
+
+def module_totals(modules: list[ModulePath]) -> dict[str, int]:
+    """Names and modules: present, listed differences, missing, all (Lightning's importable ones)."""
+    counted = [m for m in modules if m.status != "unimportable"]
+    return {
+        "names": sum(m.names for m in counted),
+        "names_present": sum(len(m.present) + len(m.needs_plugin) for m in counted),
+        "names_differences": sum(len(m.differences) for m in counted),
+        "names_missing": sum(len(m.missing) for m in counted),
+        "modules": len(counted),
+        "modules_present": sum(m.status == "present" for m in counted),
+        "modules_partial": sum(m.status == "partial" for m in counted),
+        "modules_differences": sum(m.status == "difference" for m in counted),
+        "modules_absent": sum(m.status == "absent" for m in counted),
+        "modules_unimportable": len(modules) - len(counted),
+    }
+
+
+def _module_table(modules: list[ModulePath]) -> str:
+    totals = module_totals(modules)
+    lines = [
+        "",
+        "Module paths (lightning.pytorch.X -> phalanx.X):",
+        f"  names:   {totals['names_present']} of {totals['names']} present "
+        f"({100 * totals['names_present'] // max(totals['names'], 1)} %), {totals['names_differences']} deliberate "
+        f"differences, {totals['names_missing']} missing",
+        f"  modules: {totals['modules_present']} of {totals['modules']} complete, {totals['modules_partial']} partial, "
+        f"{totals['modules_differences']} deliberate differences, {totals['modules_absent']} absent"
+        + (f" ({totals['modules_unimportable']} of Lightning's do not import here)" if totals["modules_unimportable"] else ""),
+    ]
+    missing = [m for m in modules if m.status in {"absent", "partial"}]
+    if missing:
+        lines.append("")
+        lines.append("missing:")
+        for m in missing:
+            what = "module absent" if m.status == "absent" else f"{len(m.missing)} of {m.names} names missing"
+            lines.append(f"  {m.phalanx}: {what}" + (f": {', '.join(m.missing)}" if m.missing else ""))
+    plugin = [m for m in modules if m.needs_plugin]
+    if plugin:
+        lines.append("")
+        lines.append("needing a plugin package not installed here:")
+        lines.extend(f"  {m.phalanx}: {', '.join(m.needs_plugin)}" for m in plugin)
+    differences = [m for m in modules if m.status == "difference" or m.differences]
+    if differences:
+        lines.append("")
+        lines.append("deliberate differences (DIFFERENCES in tools/lightning_surface.py):")
+        for m in differences:
+            if m.status == "difference":
+                lines.append(f"  {m.phalanx} (whole module): {difference_for(m.lightning)}")
+            else:
+                for name in m.differences:
+                    lines.append(f"  {m.phalanx}:{name}: {difference_for(m.lightning, name)}")
+    unimportable = [m for m in modules if m.status == "unimportable"]
+    if unimportable:
+        lines.append("")
+        lines.append("Lightning's own module does not import here (not counted):")
+        lines.extend(f"  {m.lightning}: {m.note}" for m in unimportable)
+    return "\n".join(lines)
+
+
 def _versions() -> dict[str, str]:
     import lightning
     import torch
@@ -208,13 +444,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         versions = _versions()
         groups = compare()
+        modules = compare_modules()
     except ImportError as error:
         print(f"lightning_surface: {error}. Run it where both import, e.g. `nox -s lightning`.", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"versions": versions, "groups": [asdict(g) for g in groups]}, indent=2))
+        payload = {
+            "versions": versions,
+            "groups": [asdict(g) for g in groups],
+            "modules": [asdict(m) for m in modules],
+            "module_totals": module_totals(modules),
+        }
+        print(json.dumps(payload, indent=2))
     else:
         print(_table(groups, versions))
+        print(_module_table(modules))
     return 0
 
 
