@@ -42,9 +42,11 @@ CORE_FORBIDDEN = {"deepspeed", "torch_xla"}
 # Entries naming modules that do not exist (yet) are fine: this is the target layout.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundations (torch-free)", ("phalanx.errors", "phalanx._hints", "phalanx._metadata", "phalanx.registry", "phalanx._byte_sizes", "phalanx._optimizer_bytes",
-                                  "phalanx.version", "phalanx.trainer_view", "phalanx.hooks", "phalanx.memory")),
+                                  "phalanx.version", "phalanx.trainer_view", "phalanx.hooks", "phalanx.memory",
+                                  "phalanx.utilities.enums", "phalanx._registered_classes")),
     ("helpers", ("phalanx._empty_init", "phalanx._module_hooks", "phalanx.model_shapes", "phalanx.utilities.*")),
-    ("contracts", ("phalanx.accelerators", "phalanx.precision", "phalanx.checkpoint_io", "phalanx.environments")),
+    ("contracts", ("phalanx.accelerators", "phalanx.precision", "phalanx.checkpoint_io", "phalanx.environments",
+                   "phalanx.plugins.layer_sync")),
     ("plugin machinery", ("phalanx.hookspecs", "phalanx.discovery", "phalanx.planning")),
     ("launchers", ("phalanx.launchers",)),
     ("strategies", ("phalanx.strategies",)),
@@ -53,7 +55,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                                     "phalanx._module_export")),
     ("trainer", ("phalanx.trainer",)),
     ("tools and façades", ("phalanx._builtin", "phalanx.testing", "phalanx._cli", "phalanx.cli", "phalanx.tuner",
-                           "phalanx.utilities", "phalanx.__init__")),
+                           "phalanx.utilities", "phalanx.__init__",
+                           # Lightning's module paths (the rename rule) that re-export from any layer below
+                           "phalanx.core", "phalanx.plugins")),
 )  # fmt: skip
 
 # Rule 6 is waived for the Trainer itself: it owns the private state the rule protects.

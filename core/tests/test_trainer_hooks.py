@@ -7,13 +7,14 @@ from typing import Any
 import torch
 from trainer_helpers import Net, loader, quiet
 
-from phalanx._module_hooks import ModuleHooks
+from phalanx._module_hooks import CheckpointHooks, DataHooks, ModelHooks, ModuleHooks
 from phalanx.callbacks.callback import Callback
 from phalanx.trainer.trainer import Trainer
 
 _MODULE_HOOKS = [
     name
-    for name in vars(ModuleHooks)
+    for hooks in (ModelHooks, DataHooks, CheckpointHooks, ModuleHooks)
+    for name in vars(hooks)
     if (name.startswith("on_") or name in ("setup", "teardown", "configure_model", "prepare_data"))
 ]
 _EXTRA = [

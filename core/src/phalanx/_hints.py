@@ -47,6 +47,8 @@ _CLASS_NAMES: dict[str, str] = {
     "SingleDeviceXLAStrategy": "phalanx-strategy-xla",
     "XLAFSDPStrategy": "phalanx-strategy-xla",
     "XLAAccelerator": "phalanx-strategy-xla",
+    "XLAPrecision": "phalanx-strategy-xla",
+    "XLACheckpointIO": "phalanx-strategy-xla",
     "FTDDPStrategy": "phalanx-strategy-torchft",
     "FTHSDPStrategy": "phalanx-strategy-torchft",
 }

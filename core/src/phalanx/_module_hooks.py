@@ -1,8 +1,9 @@
 """The do-nothing hooks of :class:`phalanx.Module`, kept apart from its logic.
 
 The Trainer calls every hook unconditionally (Lightning's contract), so each needs a default. They
-live in this mixin so ``module.py`` stays about what a Module *does*; the names, arguments and call
-order match Lightning's ``ModelHooks``/``DataHooks``/``CheckpointHooks`` so ported code keeps working.
+live in these mixins so ``module.py`` stays about what a Module *does*; the classes, names, arguments
+and call order are Lightning's ``ModelHooks`` / ``DataHooks`` / ``CheckpointHooks`` (importable as
+``phalanx.core.hooks``), so ported code, and ``is_overridden(name, obj, DataHooks)``, keep working.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from torch.optim import Optimizer
 from phalanx.errors import MisconfigurationError
 from phalanx.utilities.apply_func import move_data_to_device
 
-__all__ = ["BatchTransferHooks", "ModuleHooks"]
+__all__ = ["BatchTransferHooks", "CheckpointHooks", "DataHooks", "ModelHooks", "ModuleHooks"]
 
 
 def _no_dataloader(module: Any, name: str, argument: str, stage: str) -> MisconfigurationError:
@@ -26,42 +27,34 @@ def _no_dataloader(module: Any, name: str, argument: str, stage: str) -> Misconf
     return MisconfigurationError(msg)
 
 
-class ModuleHooks:
-    """Lifecycle, batch, optimizer, data and checkpoint hooks with empty defaults.
+class BatchTransferHooks:
+    """How a batch reaches the device: Lightning's ``DataHooks`` transfer trio, with defaults.
 
-    Attributes:
-        prepare_data_per_node: ``True``: :meth:`prepare_data` runs on local rank 0 of every machine
-            (each has its own disk); ``False``: only on global rank 0 (a shared filesystem).
-        allow_zero_length_dataloader_with_multiple_devices: Accept a dataloader with no batches on
-            some ranks instead of raising (Lightning's flag of the same name).
+    A base of :class:`DataHooks` of its own because the strategy checks them on the hot path: a
+    Module keeping all three defaults is moved in one call (``strategies/strategy.py``).
     """
 
-    prepare_data_per_node: bool = True
-    allow_zero_length_dataloader_with_multiple_devices: bool = False
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Alter a batch before it moves to the device; identity by default."""
+        return batch
 
-    # ------------------------------------------------------------------ setup & teardown
-    def prepare_data(self) -> None:
-        """Download or preprocess data once per machine (local rank 0), before :meth:`setup`."""
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """Move a batch to ``device``; override for custom batch types."""
+        return move_data_to_device(batch, device)
 
-    def setup(self, stage: str) -> None:
-        """Per-process setup at the start of ``"fit"``, ``"validate"``, ``"test"`` or ``"predict"``."""
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Alter a batch after it moved to the device; identity by default."""
+        return batch
 
-    def teardown(self, stage: str) -> None:
-        """Per-process cleanup at the end of a stage."""
+
+class ModelHooks:
+    """The lifecycle, batch and optimizer hooks, empty by default (Lightning's ``ModelHooks``)."""
 
     def configure_model(self) -> None:
         """Create layers here to build them directly on the device / sharded (called every stage)."""
 
     def configure_sharded_model(self) -> None:
         """The name :meth:`configure_model` had before Lightning 2.1; still called (before it) when overridden."""
-
-    def configure_callbacks(self) -> Any:
-        """Callbacks this model needs wherever it is trained (a callback or a list); none by default.
-
-        The Trainer adds them to its own at the start of each stage; one of the same type as a
-        Trainer callback replaces it, so the model's settings win (as in Lightning).
-        """
-        return []
 
     # ------------------------------------------------------------------ fit / train
     def on_fit_start(self) -> None:
@@ -183,22 +176,29 @@ class ModuleHooks:
     def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
         """Called with true-scale gradients right before clipping and the optimizer step."""
 
-    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        """Backpropagate ``loss`` (already divided by the accumulation steps); override for a custom backward.
 
-        The precision calls it after scaling the loss; ``args``/``kwargs`` go to ``Tensor.backward``.
-        """
-        loss.backward(*args, **kwargs)
+class DataHooks(BatchTransferHooks):
+    """Where data comes from and how a batch reaches the device (Lightning's ``DataHooks``).
 
-    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
-        """Step one LR scheduler at its interval; ``metric`` is its monitored value (ReduceLROnPlateau), else None.
+    Attributes:
+        prepare_data_per_node: ``True``: :meth:`prepare_data` runs on local rank 0 of every machine
+            (each has its own disk); ``False``: only on global rank 0 (a shared filesystem).
+        allow_zero_length_dataloader_with_multiple_devices: Accept a dataloader with no batches on
+            some ranks instead of raising (Lightning's flag of the same name).
+    """
 
-        Override for a scheduler with another stepping API (e.g. timm's ``step(epoch=...)``).
-        """
-        if metric is None:
-            scheduler.step()
-        else:
-            scheduler.step(metric)
+    prepare_data_per_node: bool = True
+    allow_zero_length_dataloader_with_multiple_devices: bool = False
+
+    # ------------------------------------------------------------------ setup & teardown
+    def prepare_data(self) -> None:
+        """Download or preprocess data once per machine (local rank 0), before :meth:`setup`."""
+
+    def setup(self, stage: str) -> None:
+        """Per-process setup at the start of ``"fit"``, ``"validate"``, ``"test"`` or ``"predict"``."""
+
+    def teardown(self, stage: str) -> None:
+        """Per-process cleanup at the end of a stage."""
 
     # ------------------------------------------------------------------ data
     def train_dataloader(self) -> Any:
@@ -217,7 +217,10 @@ class ModuleHooks:
         """The predict dataloader(s), used when ``predict`` gets none."""
         raise _no_dataloader(self, "predict_dataloader", "dataloaders", "predict")
 
-    # ------------------------------------------------------------------ checkpoints
+
+class CheckpointHooks:
+    """What a Module adds to and reads from a checkpoint dict (Lightning's ``CheckpointHooks``)."""
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Add entries to a checkpoint dict before it is written."""
 
@@ -225,21 +228,30 @@ class ModuleHooks:
         """Read custom entries from a checkpoint dict before its weights are loaded."""
 
 
-class BatchTransferHooks:
-    """How a batch reaches the device: Lightning's ``DataHooks`` transfer trio, with defaults.
+class ModuleHooks(ModelHooks, DataHooks, CheckpointHooks):
+    """All of a Module's hooks, plus the overridable steps of its own (callbacks, backward, scheduler step)."""
 
-    Apart from :class:`ModuleHooks` because the strategy checks them on the hot path: a Module
-    keeping all three defaults is moved in one call (``strategies/strategy.py``).
-    """
+    def configure_callbacks(self) -> Any:
+        """Callbacks this model needs wherever it is trained (a callback or a list); none by default.
 
-    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Alter a batch before it moves to the device; identity by default."""
-        return batch
+        The Trainer adds them to its own at the start of each stage; one of the same type as a
+        Trainer callback replaces it, so the model's settings win (as in Lightning).
+        """
+        return []
 
-    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
-        """Move a batch to ``device``; override for custom batch types."""
-        return move_data_to_device(batch, device)
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Backpropagate ``loss`` (already divided by the accumulation steps); override for a custom backward.
 
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Alter a batch after it moved to the device; identity by default."""
-        return batch
+        The precision calls it after scaling the loss; ``args``/``kwargs`` go to ``Tensor.backward``.
+        """
+        loss.backward(*args, **kwargs)
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        """Step one LR scheduler at its interval; ``metric`` is its monitored value (ReduceLROnPlateau), else None.
+
+        Override for a scheduler with another stepping API (e.g. timm's ``step(epoch=...)``).
+        """
+        if metric is None:
+            scheduler.step()
+        else:
+            scheduler.step(metric)

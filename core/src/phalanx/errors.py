@@ -16,6 +16,7 @@ __all__ = [
     "PhalanxError",
     "PluginHookError",
     "PluginUnavailableError",
+    "SIGTERMException",
     "UnknownNameError",
     "closest_match",
 ]
@@ -50,6 +51,15 @@ class PluginHookError(PhalanxError, RuntimeError):
 
 class CheckpointError(PhalanxError, ValueError):
     """A checkpoint is missing, unreadable or belongs to another model."""
+
+
+class SIGTERMException(SystemExit):
+    """The job was told to stop (SIGTERM, or the scheduler's warning signal) and the run ends here.
+
+    Lightning's name and base class: a ``SystemExit``, so an ``except Exception`` in user code does
+    not swallow it and, unhandled, it ends the process with its code (143 after a preemption
+    checkpoint). ``Callback.on_exception`` sees it like any other exception that ends a stage.
+    """
 
 
 class CollectiveMismatchError(PhalanxError, RuntimeError):

@@ -16,13 +16,28 @@ layers and anything may import it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["RunningStage", "TrainerFn", "TrainerState", "TrainerView"]
+from phalanx.utilities.enums import LightningEnum
+
+__all__ = ["RunningStage", "TrainerFn", "TrainerState", "TrainerStatus", "TrainerView"]
 
 
-class TrainerFn(str, Enum):
+class TrainerStatus(LightningEnum):
+    """Where the Trainer is in its life: built, inside an entry point, or after one."""
+
+    INITIALIZING = "initializing"
+    RUNNING = "running"
+    FINISHED = "finished"
+    INTERRUPTED = "interrupted"
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the last entry point has returned, normally or not."""
+        return self in (TrainerStatus.FINISHED, TrainerStatus.INTERRUPTED)
+
+
+class TrainerFn(LightningEnum):
     """The Trainer method being run."""
 
     FITTING = "fit"
@@ -31,7 +46,7 @@ class TrainerFn(str, Enum):
     PREDICTING = "predict"
 
 
-class RunningStage(str, Enum):
+class RunningStage(LightningEnum):
     """The loop being run."""
 
     TRAINING = "train"
@@ -40,19 +55,51 @@ class RunningStage(str, Enum):
     PREDICTING = "predict"
     SANITY_CHECKING = "sanity_check"
 
+    @property
+    def evaluating(self) -> bool:
+        """Whether this loop evaluates (validation, test, or the sanity check)."""
+        return self in (RunningStage.VALIDATING, RunningStage.TESTING, RunningStage.SANITY_CHECKING)
+
+    @property
+    def dataloader_prefix(self) -> str | None:
+        """The prefix of this loop's dataloader hook: ``"val"`` for validation and the sanity check."""
+        if self in (RunningStage.VALIDATING, RunningStage.SANITY_CHECKING):
+            return "val"
+        return str(self.value)
+
+
+_STATE_ENUMS: dict[str, type[LightningEnum]] = {"fn": TrainerFn, "stage": RunningStage, "status": TrainerStatus}
+
 
 @dataclass
 class TrainerState:
-    """The current entry point, loop and status (``"running"``, ``"finished"``, ``"interrupted"``).
+    """The current entry point, loop and status.
 
     ``fn`` is the entry point the user called (``"fit"``, ``"validate"``, ...); ``stage`` is the loop
-    running inside it (validation runs inside fit). Both are ``str`` enums, so
-    ``trainer.state.fn == "fit"`` works without importing anything.
+    running inside it (validation runs inside fit); ``status`` is a :class:`TrainerStatus`. All
+    three are ``str`` enums, so ``trainer.state.fn == "fit"`` works without importing anything, and
+    a string assigned to one is turned into its member.
     """
 
     fn: TrainerFn | None = None
     stage: RunningStage | None = None
-    status: str = "initializing"
+    status: TrainerStatus = TrainerStatus.INITIALIZING
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        enum = _STATE_ENUMS.get(name)
+        if enum is not None and value is not None and not isinstance(value, enum):
+            value = enum(value)
+        super().__setattr__(name, value)
+
+    @property
+    def finished(self) -> bool:
+        """Whether the last entry point returned normally."""
+        return self.status == TrainerStatus.FINISHED
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the last entry point has returned, normally or interrupted."""
+        return self.status.stopped
 
 
 @runtime_checkable

@@ -92,6 +92,12 @@ def phalanx_register_cluster_environments(registry: Registry) -> None:
         "torchelastic", "phalanx.environments.torchelastic:TorchElasticEnvironment", "Launched by torchrun"
     )
     registry.register("slurm", "phalanx.environments.slurm:SLURMEnvironment", "Launched by srun in a SLURM job")
+    registry.register("lsf", "phalanx.environments.lsf:LSFEnvironment", "Launched by jsrun in an LSF job")
+    registry.register(
+        "kubeflow",
+        "phalanx.environments.kubeflow:KubeflowEnvironment",
+        "A Kubeflow PyTorchJob replica (never detected: pass it in plugins=)",
+    )
 
 
 #: The built-in callbacks by name: (name, "module:Class" under phalanx.callbacks, description, requirements).
@@ -176,7 +182,11 @@ def phalanx_detect_cluster_environment() -> str | None:
         if entry.name == "local" or not entry.available:
             continue
         environment: Any = ClusterEnvironmentRegistry.get_class(entry.name)
-        if environment.detect():
+        try:
+            detected = environment.detect()
+        except NotImplementedError:  # an environment only ever passed by hand (Kubeflow)
+            continue
+        if detected:
             return entry.name
     return "local"
 

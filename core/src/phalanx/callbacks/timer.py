@@ -17,18 +17,28 @@ from typing import TYPE_CHECKING, Any
 from phalanx.callbacks.callback import Callback
 from phalanx.errors import MisconfigurationError
 from phalanx.trainer_view import RunningStage
+from phalanx.utilities.enums import LightningEnum
 
 if TYPE_CHECKING:
     from phalanx.module import Module
     from phalanx.trainer_view import TrainerView
 
-__all__ = ["Timer", "parse_duration"]
+__all__ = ["Interval", "Timer", "parse_duration"]
 
 _FORMS = (
     'a "DD:HH:MM:SS" string (e.g. "00:12:00:00" for 12 hours), a datetime.timedelta, '
     'or a dict of timedelta arguments (e.g. {"hours": 12})'
 )
-_INTERVALS = ("step", "epoch")
+
+
+class Interval(LightningEnum):
+    """When the budget is checked: after every training step, or at the end of each epoch."""
+
+    step = "step"
+    epoch = "epoch"
+
+
+_INTERVALS = tuple(member.value for member in Interval)
 
 
 def parse_duration(

@@ -6,9 +6,19 @@ None of these modules imports torch, so detection can run while plugins are mere
 from __future__ import annotations
 
 from phalanx.environments.cluster_environment import ClusterEnvironment
+from phalanx.environments.kubeflow import KubeflowEnvironment
 from phalanx.environments.launched import LaunchedEnvironment
 from phalanx.environments.local import LocalEnvironment
+from phalanx.environments.lsf import LSFEnvironment
 from phalanx.environments.slurm import SLURMEnvironment
 from phalanx.environments.torchelastic import TorchElasticEnvironment
 
-__all__ = ["ClusterEnvironment", "LaunchedEnvironment", "LocalEnvironment", "SLURMEnvironment", "TorchElasticEnvironment"]
+__all__ = [
+    "ClusterEnvironment",
+    "KubeflowEnvironment",
+    "LSFEnvironment",
+    "LaunchedEnvironment",
+    "LocalEnvironment",
+    "SLURMEnvironment",
+    "TorchElasticEnvironment",
+]

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from phalanx.accelerators.accelerator import Accelerator
     from phalanx.checkpoint_io.checkpoint_io import CheckpointIO
     from phalanx.environments.cluster_environment import ClusterEnvironment
+    from phalanx.plugins.layer_sync import LayerSync
     from phalanx.precision.precision import Precision
 
 __all__ = ["StrategyConfiguration"]
@@ -37,7 +38,9 @@ class StrategyConfiguration:
         checkpoint_io: A CheckpointIO from ``Trainer(plugins=...)``; ``None`` keeps the strategy's.
         cluster_environment: A ClusterEnvironment from ``Trainer(plugins=...)``; ``None`` keeps the
             strategy's (or detects one).
-        sync_batchnorm: ``Trainer(sync_batchnorm=...)``.
+        sync_batchnorm: ``Trainer(sync_batchnorm=...)``, or True when ``layer_sync`` is given.
+        layer_sync: A :class:`~phalanx.plugins.layer_sync.LayerSync` from ``Trainer(plugins=...)``;
+            ``None`` means :class:`~phalanx.plugins.layer_sync.TorchSyncBatchNorm` when syncing.
         devices: ``Trainer(devices=...)`` as the user passed it, for messages.
     """
 
@@ -49,6 +52,7 @@ class StrategyConfiguration:
     checkpoint_io: CheckpointIO | None = None
     cluster_environment: ClusterEnvironment | None = None
     sync_batchnorm: bool = False
+    layer_sync: LayerSync | None = None
     devices: Any = None
 
     @property

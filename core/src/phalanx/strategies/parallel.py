@@ -26,6 +26,7 @@ from phalanx.checkpoint_io.checkpoint_io import CheckpointIO
 from phalanx.environments.cluster_environment import ClusterEnvironment
 from phalanx.errors import MisconfigurationError
 from phalanx.launchers.launcher import Launcher
+from phalanx.plugins.layer_sync import LayerSync, TorchSyncBatchNorm
 from phalanx.precision.precision import Precision
 from phalanx.strategies._agreement import checking_enabled
 from phalanx.strategies._backend import (
@@ -145,6 +146,8 @@ class ParallelStrategy(ParallelCollectives, Strategy):
         self._timeout = timeout
         self._start_method = start_method
         self.sync_batchnorm = bool(sync_batchnorm)
+        #: What ``convert_sync_batchnorm`` applies: ``Trainer(plugins=[LayerSync])``, else torch's SyncBatchNorm.
+        self.layer_sync: LayerSync | None = None
         self._created_process_group = False
         self._check_in_group: dist.ProcessGroup | None = None
         self._check_collectives = False
@@ -236,6 +239,8 @@ class ParallelStrategy(ParallelCollectives, Strategy):
             self._cluster_environment = config.cluster_environment
         if config.sync_batchnorm:
             self.sync_batchnorm = True
+        if config.layer_sync is not None:
+            self.layer_sync = config.layer_sync
         self._check_sync_batchnorm()
         if self.num_processes:
             self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
@@ -269,7 +274,8 @@ class ParallelStrategy(ParallelCollectives, Strategy):
     def _check_sync_batchnorm(self) -> None:
         """Refuse SyncBatchNorm on CPU before any process starts: torch only runs it on GPUs."""
         devices = self.parallel_devices or []
-        if self.sync_batchnorm and devices and devices[0].type == "cpu":
+        custom = self.layer_sync is not None and not isinstance(self.layer_sync, TorchSyncBatchNorm)
+        if self.sync_batchnorm and not custom and devices and devices[0].type == "cpu":
             msg = (
                 "sync_batchnorm=True needs GPU processes: torch's SyncBatchNorm does not run on CPU "
                 f"(devices: {[str(d) for d in devices]}). Fix: remove sync_batchnorm=True for CPU "
@@ -399,9 +405,10 @@ class ParallelStrategy(ParallelCollectives, Strategy):
         return model
 
     def convert_sync_batchnorm(self, model: nn.Module) -> nn.Module:
-        """Replace BatchNorm layers with SyncBatchNorm (statistics over all ranks; GPU only)."""
+        """Apply the layer sync: BatchNorm layers become SyncBatchNorm (statistics over all ranks; GPU
+        only), or what a :class:`~phalanx.plugins.layer_sync.LayerSync` from ``plugins=`` does."""
         self._check_sync_batchnorm()
-        return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        return (self.layer_sync or TorchSyncBatchNorm()).apply(model)
 
     @staticmethod
     def broadcast_module_states(model: nn.Module) -> None:

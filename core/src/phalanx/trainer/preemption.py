@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.environments.preemption import EXIT_CODE, PREEMPTED_NAME, check_every, preemption_signals, requeue
 from phalanx.environments.slurm import SLURMEnvironment
+from phalanx.errors import SIGTERMException
 from phalanx.trainer.checkpointing import checkpoint_dir
 
 if TYPE_CHECKING:
@@ -185,7 +186,7 @@ class Preemption:
         """End the process with 143 after a preempted fit (requeueing first under SLURM when asked).
 
         Raises:
-            SystemExit: Always, when this fit was preempted.
+            SIGTERMException: Always, when this fit was preempted (a ``SystemExit`` with code 143).
         """
         if not self.preempted:
             return
@@ -198,4 +199,4 @@ class Preemption:
             f"{self.checkpoint_path}; exiting with {EXIT_CODE}.\n"
         )
         sys.stderr.flush()
-        raise SystemExit(EXIT_CODE)
+        raise SIGTERMException(EXIT_CODE)

@@ -51,15 +51,30 @@ __all__ = ["StepOptimizer", "TrainingStep", "direct_step", "run_automatic", "run
 
 class StepOptimizer:
     """What ``Module.optimizers()`` and ``Module.optimizer_step`` see: an optimizer that steps
-    through the strategy, so precision scaling and strategy logic apply to manual calls too."""
+    through the strategy, so precision scaling and strategy logic apply to manual calls too.
 
-    def __init__(self, optimizer: Optimizer, run: Run) -> None:
+    Lightning's ``LightningOptimizer`` (``phalanx.core.optimizer.LightningOptimizer`` is this class).
+    Attribute reads other than its own go to the wrapped ``optimizer`` (``param_groups``, ``state``).
+    """
+
+    def __init__(self, optimizer: Optimizer, run: Run | None = None) -> None:
         self.optimizer = optimizer
         self._run = run
 
     def step(self, closure: Any = None, **kwargs: Any) -> Any:
-        """Step through ``strategy.optimizer_step``; counts an optimizer step in manual optimization."""
+        """Step through ``strategy.optimizer_step``; counts an optimizer step in manual optimization.
+
+        Raises:
+            MisconfigurationError: The optimizer is not attached to a running Trainer (built by hand).
+        """
         run = self._run
+        if run is None:
+            msg = (
+                f"{self!r}.step() was called outside a Trainer run: the wrapper steps through the strategy of a "
+                "running fit. Fix: call step() on the optimizers from `self.optimizers()` inside a step, or "
+                "step the plain optimizer (`.optimizer.step()`) outside the Trainer."
+            )
+            raise MisconfigurationError(msg)
         if closure is None:
             closure = _noop
         result = run.strategy.optimizer_step(self.optimizer, closure, run.module, **kwargs)

@@ -36,10 +36,11 @@ class ResolvedStrategy:
     num_nodes: int
 
 
-def _split_plugins(plugins: list[Any]) -> tuple[Any, Any, Any]:
-    """Sort ``plugins=`` items into (precision, checkpoint_io, cluster_environment)."""
+def _split_plugins(plugins: list[Any]) -> tuple[Any, Any, Any, Any]:
+    """Sort ``plugins=`` items into (precision, checkpoint_io, cluster_environment, layer_sync)."""
     from phalanx.checkpoint_io.checkpoint_io import CheckpointIO
     from phalanx.environments.cluster_environment import ClusterEnvironment
+    from phalanx.plugins.layer_sync import LayerSync
     from phalanx.precision.precision import Precision
     from phalanx.registry import CheckpointIORegistry, ClusterEnvironmentRegistry, PrecisionRegistry
 
@@ -71,10 +72,12 @@ def _split_plugins(plugins: list[Any]) -> tuple[Any, Any, Any]:
             kind = "checkpoint_io"
         elif isinstance(item, ClusterEnvironment):
             kind = "cluster_environment"
+        elif isinstance(item, LayerSync):
+            kind = "layer_sync"
         else:
             msg = (
                 f"Trainer(plugins=[{item!r}]) got an object of type {type(item).__name__}; plugins must be "
-                "Precision, CheckpointIO or ClusterEnvironment instances or their registered names. Fix: pass e.g. "
+                "Precision, CheckpointIO, ClusterEnvironment or LayerSync instances or their registered names. Fix: pass e.g. "
                 "plugins=[AsyncCheckpointIO()] or plugins=['bf16-mixed']."
             )
             raise MisconfigurationError(msg)
@@ -85,7 +88,7 @@ def _split_plugins(plugins: list[Any]) -> tuple[Any, Any, Any]:
             )
             raise MisconfigurationError(msg)
         found[kind] = item
-    return found.get("precision"), found.get("checkpoint_io"), found.get("cluster_environment")
+    return found.get("precision"), found.get("checkpoint_io"), found.get("cluster_environment"), found.get("layer_sync")
 
 
 def _resolve_accelerator(accelerator: Any, strategy: Any) -> Any:
@@ -204,7 +207,7 @@ def resolve_strategy(
             f"{_STRATEGY_EXPECTED}. Fix: pass strategy='auto'."
         )
         raise MisconfigurationError(msg)
-    precision_plugin, checkpoint_io, environment = _split_plugins(plugins)
+    precision_plugin, checkpoint_io, environment, layer_sync = _split_plugins(plugins)
     acc = _resolve_accelerator(accelerator, strategy)
     acc_name = _accelerator_name(acc)
     parallel_devices = type(acc).get_parallel_devices(devices)
@@ -228,7 +231,8 @@ def resolve_strategy(
         precision_plugin=_precision_plugin(precision, precision_plugin, given_precision),
         checkpoint_io=checkpoint_io,
         cluster_environment=environment,
-        sync_batchnorm=sync_batchnorm,
+        sync_batchnorm=sync_batchnorm or layer_sync is not None,
+        layer_sync=layer_sync,
         devices=devices,
     )
     instance.configure(config)

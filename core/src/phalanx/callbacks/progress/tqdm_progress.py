@@ -21,11 +21,44 @@ if TYPE_CHECKING:
     from phalanx.module import Module
     from phalanx.trainer_view import TrainerView
 
-__all__ = ["TQDMProgressBar"]
+__all__ = ["TQDMProgressBar", "Tqdm", "convert_inf"]
+
+#: Width a float or string metric is padded to, so the postfix does not jitter as digits change.
+_PAD_SIZE = 5
 
 
 def _total(value: float) -> int | None:
     return None if value is None or math.isinf(value) else int(value)
+
+
+def convert_inf(x: int | float | None) -> int | float | None:
+    """``x``, or None for an infinite or NaN total (tqdm then shows no total: an iterable dataset)."""
+    if x is None or math.isinf(x) or math.isnan(x):
+        return None
+    return x
+
+
+class Tqdm(tqdm):  # type: ignore[misc]
+    """A ``tqdm`` whose float and string numbers are right-padded with zeros to a fixed width.
+
+    Lightning's bar class: a loss shown as ``0.5`` then ``0.4831`` would shift the rest of the line;
+    padded (``0.500``, ``0.4831``) it stays put.
+    """
+
+    @staticmethod
+    def format_num(n: int | float | str) -> str:
+        """``n`` as tqdm formats it, padded to the fixed width when it is a float or a numeric string."""
+        padded = isinstance(n, (float, str))
+        text = n if isinstance(n, str) else str(tqdm.format_num(n))
+        if padded and "e" not in text:
+            if "." not in text and len(text) < _PAD_SIZE:
+                try:
+                    float(text)
+                except ValueError:
+                    return text
+                text += "."
+            text += "0" * (_PAD_SIZE - len(text))
+        return text
 
 
 class TQDMProgressBar(ProgressBar):
