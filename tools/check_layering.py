@@ -57,7 +57,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tools and façades", ("phalanx._builtin", "phalanx.testing", "phalanx._cli", "phalanx.cli", "phalanx.tuner",
                            "phalanx.utilities", "phalanx.__init__",
                            # Lightning's module paths (the rename rule) that re-export from any layer below
-                           "phalanx.core", "phalanx.plugins")),
+                           "phalanx.core", "phalanx.plugins", "phalanx.utilities.parsing",
+                           "phalanx.utilities.model_summary", "phalanx.utilities.deepspeed")),
 )  # fmt: skip
 
 # Rule 6 is waived for the Trainer itself: it owns the private state the rule protects.
@@ -73,6 +74,10 @@ ALLOWED_PRIVATE_REACH: set[tuple[str, str]] = {
     ("phalanx/utilities/model_helpers.py", "_mock_wraps"),
     # torch's flag on fused optimizers that unscale inside step(); torch's GradScaler reads it the same way.
     ("phalanx/precision/amp.py", "_step_supports_amp_scaling"),
+    # DataLoader's kept iterator (persistent workers): torch has no public call that stops its workers,
+    # and CombinedLoader.reset() must (Lightning's does the same).
+    ("phalanx/utilities/combined_loader.py", "_iterator"),
+    ("phalanx/utilities/combined_loader.py", "_shutdown_workers"),
 }
 # namedtuple's documented API: underscored only to stay clear of field names, public on any namedtuple.
 NAMEDTUPLE_API = {"_asdict", "_fields", "_field_defaults", "_make", "_replace"}

@@ -41,6 +41,7 @@ __all__ = [
     "ReduceLROnPlateau",
     "SaveConfigCallback",
     "instantiate_class",
+    "instantiate_module",
     "main",
 ]
 
@@ -60,6 +61,7 @@ _LAZY = {
             "OptimizerCallable",
             "ReduceLROnPlateau",
             "instantiate_class",
+            "instantiate_module",
         ],
         _PARSER,
     ),
@@ -78,6 +80,7 @@ if TYPE_CHECKING:
         OptimizerCallable,
         ReduceLROnPlateau,
         instantiate_class,
+        instantiate_module,
     )
     from phalanx._cli.lightning_cli_save import SaveConfigCallback
 

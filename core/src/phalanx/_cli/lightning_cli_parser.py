@@ -73,6 +73,7 @@ __all__ = [
     "ReduceLROnPlateau",
     "class_from_function",
     "instantiate_class",
+    "instantiate_module",
     "keep_none",
 ]
 
@@ -346,6 +347,26 @@ def _check_subclasses(classes: tuple[Any, ...], bases: tuple[type, ...], name: s
             "Fix: pass such a class, or a tuple of them."
         )
         raise MisconfigurationError(msg)
+
+
+def instantiate_module(class_type: type, config: dict[str, Any]) -> Any:
+    """Build a ``class_type`` (a Module, DataModule, ...) from a config dict, as a config file would.
+
+    ``config`` holds ``__init__`` arguments; with a ``"_class_path"`` entry it names a subclass of
+    ``class_type`` to build instead, and the other entries are its arguments. Nested configs
+    (``{"class_path": ..., "init_args": ...}``) are built too, as jsonargparse builds them.
+    """
+    parser = ArgumentParser(exit_on_error=False)
+    if "_class_path" in config:
+        parser.add_subclass_arguments(class_type, "module", fail_untyped=False)
+        config = {
+            "class_path": config["_class_path"],
+            "dict_kwargs": {key: value for key, value in config.items() if key != "_class_path"},
+        }
+    else:
+        parser.add_class_arguments(class_type, "module", fail_untyped=False)
+    built = parser.instantiate_classes(parser.parse_object({"module": config}))
+    return built.module
 
 
 def instantiate_class(args: Any | tuple[Any, ...], init: dict[str, Any]) -> Any:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from typing import Any, ClassVar
 
 import torch
@@ -9,7 +12,7 @@ import torch
 from phalanx.accelerators.accelerator import Accelerator
 from phalanx.errors import MisconfigurationError
 
-__all__ = ["CUDAAccelerator"]
+__all__ = ["CUDAAccelerator", "find_usable_cuda_devices", "get_nvidia_gpu_stats"]
 
 
 def _num_cuda_devices() -> int:
@@ -71,3 +74,92 @@ class CUDAAccelerator(Accelerator):
             msg = f"CUDAAccelerator.get_device_stats got device {str(target)!r}; pass a cuda device such as 'cuda:0'."
             raise MisconfigurationError(msg)
         return dict(torch.cuda.memory_stats(target))
+
+
+def find_usable_cuda_devices(num_devices: int = -1) -> list[int]:
+    """Indices of visible GPUs that accept a tensor now: ``num_devices`` of them, or all with ``-1``.
+
+    A GPU in exclusive mode that another process holds refuses the allocation and is skipped; pass
+    the result as ``Trainer(devices=...)``. Two processes asking at the same moment can both see a
+    free GPU: the check is not a reservation.
+
+    Raises:
+        ValueError: No GPU is visible, or more were asked for than are visible.
+        RuntimeError: Fewer than ``num_devices`` are free; the message names the busy ones.
+    """
+    if num_devices == 0:
+        return []
+    visible = list(range(_num_cuda_devices()))
+    if not visible:
+        msg = f"find_usable_cuda_devices({num_devices}): no CUDA device is visible on this machine"
+        raise ValueError(msg)
+    if num_devices > len(visible):
+        msg = f"find_usable_cuda_devices({num_devices}): this machine has only {len(visible)} visible GPUs"
+        raise ValueError(msg)
+    usable: list[int] = []
+    busy: list[int] = []
+    for index in visible:
+        try:
+            torch.tensor(0, device=torch.device("cuda", index))
+        except RuntimeError:
+            busy.append(index)
+            continue
+        usable.append(index)
+        if len(usable) == num_devices:
+            break
+    if num_devices != -1 and len(usable) != num_devices:
+        msg = (
+            f"find_usable_cuda_devices({num_devices}): only {len(usable)} GPUs accept work now; {busy} are held by "
+            "other processes. Fix: ask for fewer, or wait for them to be released."
+        )
+        raise RuntimeError(msg)
+    return usable
+
+
+#: nvidia-smi's query fields read by :func:`get_nvidia_gpu_stats`, with their units.
+_NVIDIA_SMI_FIELDS = (
+    ("utilization.gpu", "%"),
+    ("memory.used", "MB"),
+    ("memory.free", "MB"),
+    ("utilization.memory", "%"),
+    ("fan.speed", "%"),
+    ("temperature.gpu", "°C"),
+    ("temperature.memory", "°C"),
+)
+
+
+def get_nvidia_gpu_stats(device: torch.device | str | int) -> dict[str, float]:
+    """Utilisation, memory, fan speed and temperatures of ``device`` as ``nvidia-smi`` reports them.
+
+    Keys are ``"<field> (<unit>)"`` (e.g. ``"memory.used (MB)"``); a field the GPU does not report
+    reads 0. The device index is mapped through ``CUDA_VISIBLE_DEVICES`` to the physical GPU.
+
+    Raises:
+        FileNotFoundError: ``nvidia-smi`` is not on the ``PATH``.
+    """
+    executable = shutil.which("nvidia-smi")
+    if executable is None:
+        msg = "nvidia-smi: command not found (get_nvidia_gpu_stats reads it; install the NVIDIA driver utilities)"
+        raise FileNotFoundError(msg)
+    if isinstance(device, int):
+        index = device
+    else:
+        index = torch.device(device).index or 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", ",".join(str(i) for i in range(_num_cuda_devices()))).split(",")
+    gpu_id = visible[index].strip()
+    query = ",".join(name for name, _ in _NVIDIA_SMI_FIELDS)
+    result = subprocess.run(
+        [executable, f"--query-gpu={query}", "--format=csv,nounits,noheader", f"--id={gpu_id}"],
+        encoding="utf-8",
+        capture_output=True,
+        check=True,
+    )
+
+    def number(text: str) -> float:
+        try:
+            return float(text)
+        except ValueError:  # "[N/A]" for a field this GPU lacks
+            return 0.0
+
+    values = [number(cell) for cell in result.stdout.strip().split(", ")]
+    return {f"{name} ({unit})": value for (name, unit), value in zip(_NVIDIA_SMI_FIELDS, values)}

@@ -9,7 +9,7 @@ import torch
 
 from phalanx.accelerators.accelerator import Accelerator
 
-__all__ = ["MPSAccelerator"]
+__all__ = ["MPSAccelerator", "get_device_stats"]
 
 
 class MPSAccelerator(Accelerator):
@@ -41,3 +41,23 @@ class MPSAccelerator(Accelerator):
             "mps_allocated_bytes": torch.mps.current_allocated_memory(),
             "mps_driver_allocated_bytes": torch.mps.driver_allocated_memory(),
         }
+
+
+def get_device_stats() -> dict[str, float]:
+    """The host's memory, CPU and swap use in percent (Apple silicon shares its memory with the GPU).
+
+    Keys are Lightning's: ``M1_vm_percent``, ``M1_percent``, ``M1_swap_percent``.
+
+    Raises:
+        ModuleNotFoundError: psutil is not installed (``pip install 'phalanx-core[extra]'``).
+    """
+    try:
+        import psutil
+    except ImportError as error:
+        msg = "get_device_stats reads the host's memory through psutil, which is not installed. Fix: pip install psutil"
+        raise ModuleNotFoundError(msg) from error
+    return {
+        "M1_vm_percent": psutil.virtual_memory().percent,
+        "M1_percent": psutil.cpu_percent(),
+        "M1_swap_percent": psutil.swap_memory().percent,
+    }

@@ -6,14 +6,15 @@ think about processes. Methods mirror Lightning's ``Logger`` so existing loggers
 
 from __future__ import annotations
 
+import statistics
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import wraps
 from typing import Any
 
 from phalanx.utilities.rank_zero import rank_zero_only
 
-__all__ = ["DummyExperiment", "Logger", "rank_zero_experiment"]
+__all__ = ["DummyExperiment", "DummyLogger", "Logger", "merge_dicts", "rank_zero_experiment"]
 
 
 class DummyExperiment:
@@ -95,3 +96,80 @@ class Logger(ABC):
 
     def after_save_checkpoint(self, checkpoint_callback: Any) -> None:  # noqa: B027 - optional
         """Called after a ModelCheckpoint wrote a file."""
+
+
+class DummyLogger(Logger):
+    """A logger that records nothing and accepts every call, for code that must run with logging off.
+
+    ``name`` and ``version`` are empty, ``experiment`` is a :class:`DummyExperiment`,
+    ``logger[0]`` is the logger itself, and any method a backend-specific logger would have
+    (``logger.log_image(...)``, ``logger.watch(model)``) exists and does nothing.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._experiment = DummyExperiment()
+
+    @property
+    def experiment(self) -> DummyExperiment:
+        """A stand-in whose every method does nothing."""
+        return self._experiment
+
+    @property
+    def name(self) -> str:
+        return ""
+
+    @property
+    def version(self) -> str:
+        return ""
+
+    def log_metrics(self, *args: Any, **kwargs: Any) -> None:
+        """Drop the metrics."""
+
+    def log_hyperparams(self, *args: Any, **kwargs: Any) -> None:
+        """Drop the hyperparameters."""
+
+    def __getitem__(self, idx: int) -> DummyLogger:
+        return self
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        if name.startswith("__"):  # keep copy/pickle protocols from seeing a method for every dunder
+            raise AttributeError(name)
+
+        def ignore(*args: Any, **kwargs: Any) -> None:
+            return None
+
+        return ignore
+
+
+def merge_dicts(
+    dicts: Sequence[Mapping[Any, Any]],
+    agg_key_funcs: Mapping[Any, Any] | None = None,
+    default_func: Callable[[Sequence[float]], float] = statistics.mean,
+) -> dict[Any, Any]:
+    """Merge dictionaries key by key, combining each key's values with a function.
+
+    Args:
+        dicts: The dictionaries; a key may be missing or None in some of them (those are skipped).
+        agg_key_funcs: The function for a key's values (a nested mapping of functions for a key whose
+            values are dicts); keys not listed use ``default_func``.
+        default_func: How the values of any other key are combined; the mean by default.
+
+    Returns:
+        One dict with every key of ``dicts``; a key whose values are dicts is merged recursively.
+    """
+    functions = agg_key_funcs or {}
+    keys: dict[Any, None] = {}
+    for each in dicts:
+        keys.update(dict.fromkeys(each))
+    merged: dict[Any, Any] = {}
+    for key in keys:
+        values = [each[key] for each in dicts if each.get(key) is not None]
+        if not values:
+            continue
+        function = functions.get(key)
+        if isinstance(values[0], dict):
+            merged[key] = merge_dicts(values, function, default_func)
+        else:
+            merged[key] = (function or default_func)(values)
+    return merged

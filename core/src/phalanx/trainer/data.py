@@ -4,6 +4,11 @@ The Trainer accepts any iterable of batches; ``torch.utils.data.DataLoader`` get
 several processes its sampler is replaced by a ``DistributedSampler`` so each rank sees its own
 shard. On a mid-epoch resume the already-consumed batches are skipped at the *sampler* level, so no
 data is loaded twice and the remaining batches are exactly those of the uninterrupted run.
+
+Several training dataloaders (a dict or list of them) are combined as Lightning combines them, into
+a ``CombinedLoader`` in ``"max_size_cycle"`` mode; a ``CombinedLoader`` given as a dataloader has each
+of its loaders sharded and is iterated for its combined batches. For evaluation, a dict of
+dataloaders or a sequential ``CombinedLoader`` is several dataloaders (``dataloader_idx`` in order).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 from phalanx.datamodule import DataModule
 from phalanx.errors import MisconfigurationError
 from phalanx.module import Module
+from phalanx.utilities.combined_loader import CombinedLoader
 from phalanx.utilities.model_helpers import is_overridden
 from phalanx.utilities.seed import add_worker_init_fn
 
@@ -26,6 +32,7 @@ if TYPE_CHECKING:
     from phalanx.trainer.run import Run
 
 __all__ = [
+    "CombinedBatches",
     "SkipBatchSampler",
     "as_loader_list",
     "generators_of",
@@ -49,22 +56,24 @@ def _is_loader_like(value: Any) -> bool:
 def as_loader_list(value: Any, *, argument: str, multiple: bool) -> list[Any]:
     """Normalise a user's dataloader argument to a list of iterables.
 
-    For evaluation a list/tuple of DataLoaders means several dataloaders; any other iterable is one
-    dataloader (a list of batches works too).
+    For evaluation a list/tuple or dict of DataLoaders, or a sequential ``CombinedLoader``, means
+    several dataloaders; for training, several DataLoaders become one ``"max_size_cycle"``
+    ``CombinedLoader`` (Lightning's default). Any other iterable is one dataloader (a list of
+    batches works too).
 
     Raises:
-        MisconfigurationError: ``value`` is not iterable, or several training loaders were given.
+        MisconfigurationError: ``value`` is not iterable.
     """
+    if isinstance(value, CombinedLoader):
+        return list(value.flattened) if multiple and value.mode == "sequential" else [value]
+    if multiple and isinstance(value, dict) and value and all(isinstance(v, DataLoader) for v in value.values()):
+        return list(value.values())
     if multiple and isinstance(value, (list, tuple)) and value and all(isinstance(v, DataLoader) for v in value):
         return list(value)
     if not multiple and isinstance(value, (list, tuple)) and value and all(isinstance(v, DataLoader) for v in value):
-        if len(value) == 1:
-            return [value[0]]
-        msg = (
-            f"{argument} holds {len(value)} DataLoaders, but training iterates one. Combine the datasets "
-            "(torch.utils.data.ConcatDataset) into one DataLoader."
-        )
-        raise MisconfigurationError(msg)
+        return [value[0]] if len(value) == 1 else [CombinedLoader(list(value), "max_size_cycle")]
+    if not multiple and isinstance(value, dict) and value and all(isinstance(v, DataLoader) for v in value.values()):
+        return [CombinedLoader(value, "max_size_cycle")]
     if not _is_loader_like(value):
         msg = (
             f"{argument}={value!r} (type {type(value).__name__}) is not an iterable of batches; pass a "
@@ -144,6 +153,10 @@ def prepare_loader(
     """
     if sequential:
         shuffle = False
+    if isinstance(loader, CombinedLoader):
+        options = {"use_distributed_sampler": use_distributed_sampler, "shuffle": shuffle, "sequential": sequential}
+        loader.flattened = [prepare_loader(inner, strategy, **options) for inner in loader.flattened]
+        return CombinedBatches(loader)
     shard = strategy.distributed_sampler_kwargs
     if use_distributed_sampler and shard is not None and shard["num_replicas"] > 1:
         from phalanx.strategies._distributed import inject_distributed_sampler
@@ -157,7 +170,28 @@ def prepare_loader(
     return strategy.process_dataloader(loader)
 
 
+class CombinedBatches:
+    """A :class:`CombinedLoader` as the loops iterate it: its combined batches only.
+
+    ``CombinedLoader`` yields ``(batch, batch_idx, dataloader_idx)``; the loops count batches
+    themselves, so this view drops the two indices. Its length is the combined loader's, and the
+    inner loaders' samplers are reachable (:func:`set_sampler_epoch`, :func:`generators_of`).
+    """
+
+    def __init__(self, combined: CombinedLoader) -> None:
+        self.combined = combined
+
+    def __iter__(self) -> Iterator[Any]:
+        return (batch for batch, _, _ in iter(self.combined))
+
+    def __len__(self) -> int:
+        iter(self.combined)  # a pass's length; no iterator of the inner loaders is made before next()
+        return len(self.combined)
+
+
 def _samplers(loader: Any) -> list[Any]:
+    if isinstance(loader, CombinedBatches):
+        return [sampler for inner in loader.combined.flattened for sampler in _samplers(inner)]
     found: list[Any] = []
     for obj in (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
         if obj is not None and all(obj is not seen for seen in found):

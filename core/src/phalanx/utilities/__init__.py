@@ -44,7 +44,17 @@ name                                             public module (``phalanx.``)  w
 ``grad_norm(module, norm_type)``                 ``utilities.grads``           gradient norms to pass to ``log_dict``
 ``measure_flops(model, forward_fn, loss_fn)``    ``utilities.flops``           FLOPs of a step, on a meta-device model
 ``AttributeDict``                                ``hparams``                   a dict read by attribute (``self.hparams``)
+``CombinedLoader(iterables, mode)``              ``utilities.combined_loader`` iterate several dataloaders as one
+``LightningEnum``, ``GradClipAlgorithmType``     ``utilities.enums``           case-insensitive ``str`` enums
+``find_shared_parameters`` / ``set_...``         ``utilities.parameter_tying`` find and restore tied weights
+``is_picklable(obj)``                            ``utilities.parsing``         whether hyperparameters can be saved
+``is_shared_filesystem(strategy, path)``         ``utilities.distributed``     whether all ranks see the same directory
+``suggested_max_num_workers(local_world_size)``  ``utilities.data``            a ``num_workers`` bound for this machine
+``disable_possible_user_warnings()``             ``utilities.warnings``        silence the maybe-false-alarm warnings
 ===============================================  ============================  =================================================
+
+Every public module of ``lightning.pytorch.utilities`` exists here under the same path (the list,
+and the few deliberate gaps, are in docs/migrating-from-lightning.md).
 """
 
 from __future__ import annotations
@@ -70,13 +80,22 @@ __all__ = [
     "write_portable_checkpoint",
     # Lightning's user-facing utilities (second table)
     "AttributeDict",
+    "CombinedLoader",
+    "GradClipAlgorithmType",
+    "LightningEnum",
+    "disable_possible_user_warnings",
+    "find_shared_parameters",
     "grad_norm",
+    "is_picklable",
+    "is_shared_filesystem",
     "measure_flops",
     "rank_zero_debug",
     "rank_zero_deprecation",
     "rank_zero_info",
     "rank_zero_only",
     "rank_zero_warn",
+    "set_shared_parameters",
+    "suggested_max_num_workers",
 ]
 
 _LAZY = {
@@ -99,6 +118,15 @@ _LAZY = {
     "grad_norm": "phalanx.utilities.grads:grad_norm",
     "measure_flops": "phalanx.utilities.flops:measure_flops",
     "AttributeDict": "phalanx.hparams:AttributeDict",
+    "CombinedLoader": "phalanx.utilities.combined_loader:CombinedLoader",
+    "GradClipAlgorithmType": "phalanx.utilities.enums:GradClipAlgorithmType",
+    "LightningEnum": "phalanx.utilities.enums:LightningEnum",
+    "disable_possible_user_warnings": "phalanx.utilities.warnings:disable_possible_user_warnings",
+    "find_shared_parameters": "phalanx.utilities.parameter_tying:find_shared_parameters",
+    "set_shared_parameters": "phalanx.utilities.parameter_tying:set_shared_parameters",
+    "is_picklable": "phalanx.utilities.parsing:is_picklable",
+    "is_shared_filesystem": "phalanx.utilities.distributed:is_shared_filesystem",
+    "suggested_max_num_workers": "phalanx.utilities.data:suggested_max_num_workers",
 }
 
 if TYPE_CHECKING:
@@ -106,11 +134,17 @@ if TYPE_CHECKING:
     from phalanx.environments.local import parse_int_env
     from phalanx.hparams import AttributeDict
     from phalanx.utilities.apply_func import apply_to_collection, move_data_to_device
+    from phalanx.utilities.combined_loader import CombinedLoader
+    from phalanx.utilities.data import suggested_max_num_workers
+    from phalanx.utilities.distributed import is_shared_filesystem
     from phalanx.utilities.dtypes import cast_floats, default_dtype
+    from phalanx.utilities.enums import GradClipAlgorithmType, LightningEnum
     from phalanx.utilities.flops import measure_flops
     from phalanx.utilities.grads import grad_norm
     from phalanx.utilities.model_helpers import is_overridden
     from phalanx.utilities.optim import LRSchedulerConfig, init_optimizers_and_lr_schedulers, optimizers_to_device
+    from phalanx.utilities.parameter_tying import find_shared_parameters, set_shared_parameters
+    from phalanx.utilities.parsing import is_picklable
     from phalanx.utilities.rank_zero import (
         rank_zero_debug,
         rank_zero_deprecation,
@@ -118,6 +152,7 @@ if TYPE_CHECKING:
         rank_zero_only,
         rank_zero_warn,
     )
+    from phalanx.utilities.warnings import disable_possible_user_warnings
     from phalanx.utilities.wrappers import call_through_wrapper
 
 

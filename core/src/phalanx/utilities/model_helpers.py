@@ -14,7 +14,7 @@ import inspect
 import sys
 from typing import Any
 
-__all__ = ["is_overridden"]
+__all__ = ["get_torchvision_model", "is_overridden"]
 
 
 def _underlying(attribute: Any) -> Any:
@@ -86,3 +86,19 @@ def is_overridden(method_name: str, instance: object, parent: type) -> bool:
     if own_code is not None and default_code is not None:
         return own_code is not default_code
     return own is not default
+
+
+def get_torchvision_model(model_name: str, **kwargs: Any) -> Any:
+    """Build torchvision's model ``model_name`` (e.g. ``"resnet18"``) with ``kwargs`` (``weights=...``).
+
+    Raises:
+        ModuleNotFoundError: torchvision is not installed; the message says how to install it.
+    """
+    try:
+        from torchvision import models
+    except ImportError as error:
+        msg = f"get_torchvision_model({model_name!r}) needs torchvision, which is not installed. Fix: pip install torchvision"
+        raise ModuleNotFoundError(msg) from error
+    if hasattr(models, "get_model"):  # torchvision 0.14 and later: every model by name
+        return models.get_model(model_name, **kwargs)
+    return getattr(models, model_name)(**kwargs)

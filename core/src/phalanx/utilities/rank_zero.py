@@ -26,6 +26,7 @@ from functools import wraps
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 __all__ = [
+    "LightningDeprecationWarning",
     "WarningCache",
     "rank_prefixed_message",
     "rank_zero_debug",
@@ -44,6 +45,10 @@ _P = ParamSpec("_P")
 _PACKAGE_LOGGER = "phalanx"
 
 log = logging.getLogger(__name__)
+
+
+class LightningDeprecationWarning(DeprecationWarning):
+    """A deprecation that phalanx announces (Lightning's category name, kept for ported filters)."""
 
 
 def _show_info_records() -> None:
@@ -136,8 +141,8 @@ def rank_zero_warn(message: str | Warning, stacklevel: int = 4, **kwargs: Any) -
 
 
 def rank_zero_deprecation(message: str | Warning, stacklevel: int = 5, **kwargs: Any) -> None:
-    """Emit a :class:`DeprecationWarning` (or ``category=``) on global rank 0 only, pointing at the caller."""
-    category = kwargs.pop("category", DeprecationWarning)
+    """Emit a :class:`LightningDeprecationWarning` (or ``category=``) on global rank 0 only, pointing at the caller."""
+    category = kwargs.pop("category", LightningDeprecationWarning)
     rank_zero_warn(message, stacklevel=stacklevel, category=category, **kwargs)
 
 

@@ -12,7 +12,8 @@ scheduler's type rather than passed in.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, TypedDict, runtime_checkable
 
 from torch import Tensor
 from torch.optim import Optimizer
@@ -22,6 +23,7 @@ from phalanx.utilities.optim import LRSchedulerConfig
 
 __all__ = [
     "EVAL_DATALOADERS",
+    "DistributedDataParallel",
     "LRScheduler",
     "LRSchedulerConfig",
     "LRSchedulerConfigType",
@@ -49,6 +51,19 @@ LRSchedulerTypeTuple = (LRScheduler, ReduceLROnPlateau)
 LRSchedulerTypeUnion = LRScheduler | ReduceLROnPlateau
 LRSchedulerType = type[LRScheduler] | type[ReduceLROnPlateau]
 LRSchedulerPLType = LRScheduler | ReduceLROnPlateau
+
+
+@runtime_checkable
+class DistributedDataParallel(Protocol):
+    """A data-parallel wrapper, for annotations and ``isinstance``: what it must offer is ``no_sync()``.
+
+    torch's ``DistributedDataParallel`` satisfies it; so does any wrapper that can skip the gradient
+    synchronisation of an accumulation step.
+    """
+
+    def no_sync(self) -> AbstractContextManager[Any]:
+        """A context in which backward accumulates gradients locally, without synchronising them."""
+        ...
 
 
 class _LRSchedulerConfigRequired(TypedDict):
