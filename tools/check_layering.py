@@ -58,7 +58,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                            "phalanx.utilities", "phalanx.__init__",
                            # Lightning's module paths (the rename rule) that re-export from any layer below
                            "phalanx.core", "phalanx.plugins", "phalanx.utilities.parsing",
-                           "phalanx.utilities.model_summary", "phalanx.utilities.deepspeed")),
+                           "phalanx.utilities.model_summary", "phalanx.utilities.deepspeed", "phalanx.demos")),
 )  # fmt: skip
 
 # Rule 6 is waived for the Trainer itself: it owns the private state the rule protects.
