@@ -12,6 +12,7 @@ import importlib.util
 import json
 import math
 import os
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,9 @@ SCRIPTS = Path(__file__).parent / "scripts"
 RUN_TIMEOUT = 240.0
 #: Variables that would make a script think it is already a rank of some job.
 _RANK_VARS = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_PORT", "GROUP_RANK", "TORCHELASTIC_RUN_ID")
+#: What libstdc++ prints when gloo's threads are torn down at interpreter exit with the process
+#: group never destroyed (``std::terminate`` on a joinable thread), before it raises SIGABRT.
+GLOO_EXIT_ABORT = "terminate called without an active exception"
 
 
 @dataclass(frozen=True)
@@ -50,11 +54,20 @@ CASES = {
 }
 
 
-def run_case(script: Path, case: Case, workdir: Path) -> dict[str, Any]:
+def run_case(script: Path, case: Case, workdir: Path, *, gloo_exit_abort: bool = False) -> dict[str, Any]:
     """Run ``script`` as a user would (``python script.py ...``) and return the JSON it wrote.
 
     The script launches its own ranks. It runs in a session of its own, is killed as a whole
     after :data:`RUN_TIMEOUT` or on any interruption, and must leave no process behind.
+
+    It must exit 0, with one exception for runs of Lightning itself (``gloo_exit_abort=True``,
+    ``test_under_lightning.py`` only): Lightning 2.6.6 leaves its ranks' gloo process group to
+    interpreter exit, where torch 2.13's gloo aborts in about one 2-rank run in eight, after the
+    script has finished and written its results. That exit is accepted only as this exact crash,
+    SIGABRT with :data:`GLOO_EXIT_ABORT` in the output, and only with the results file written;
+    the caller's :func:`check` must then find every result the case expects, so a run whose work did
+    not complete still fails. phalanx destroys its process group before exit: its runs
+    (``test_lightning_scripts.py``) must exit 0.
     """
     out = workdir / "result.json"
     args = [*case.args, "--accelerator", "cpu", "--root", str(workdir), "--out", str(out)]
@@ -70,9 +83,12 @@ def run_case(script: Path, case: Case, workdir: Path) -> dict[str, Any]:
         left = job.leftovers()
     finally:
         job.kill_leftovers()
-    assert code == 0, f"{script.name} {' '.join(case.args)} exited with {code}\n{job.output()[-8000:]}"
+    known_abort = gloo_exit_abort and code == -signal.SIGABRT and GLOO_EXIT_ABORT in job.stderr
+    assert code == 0 or known_abort, f"{script.name} {' '.join(case.args)} exited with {code}\n{job.output()[-8000:]}"
     assert not left, f"{script.name} left processes behind: {left}\n{job.output()[-4000:]}"
-    assert out.exists(), f"{script.name} exited 0 but wrote no {out.name}\n{job.output()[-4000:]}"
+    assert out.exists(), f"{script.name} exited with {code} and wrote no {out.name}\n{job.output()[-4000:]}"
+    if known_abort:  # the upstream crash at exit: the results, checked by the caller, decide
+        print(f"{script.name} {' '.join(case.args)}: SIGABRT at exit ({GLOO_EXIT_ABORT!r}) after writing {out.name}")
     return json.loads(out.read_text(encoding="utf-8"))
 
 
