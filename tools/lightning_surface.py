@@ -16,7 +16,7 @@ promise covers today, group by group:
 
 A module path is public when no dotted segment starts with ``_`` (found with ``pkgutil``). A
 module's public names are its ``__all__`` when it has one; otherwise the non-underscore names its
-own source binds at module level (classes, functions and constants; loggers, ``TypeVar``\ s and
+own source binds at module level (classes, functions and constants; loggers, type variables and
 ``TYPE_CHECKING`` are not names a script imports) plus the names it imports on a line marked
 ``# noqa: F401`` (the linter's mark for an import kept on purpose: a re-export). Names it merely
 imports for its own use (``Optional``, ``MisconfigurationException`` in every module) do not
@@ -64,7 +64,88 @@ RENAMED = {"LightningModule": "Module", "LightningDataModule": "DataModule"}
 #: Lightning's public module paths or names that phalanx does not provide on purpose, with why.
 #: A key is a module path (the module and everything below it) or ``"module:Name"``; the same text
 #: is the table at the end of docs/migrating-from-lightning.md.
-DIFFERENCES: dict[str, str] = {}
+DIFFERENCES: dict[str, str] = {
+    # Lightning's internals: modules whose public names are its loop and connector machinery.
+    "lightning.pytorch.loops": "Lightning's loop objects (fit/epoch/evaluation loops, closures, progress trackers, "
+    "restart stages) are its internal machinery; phalanx's step pipeline is phalanx.trainer.fit_loop and "
+    "phalanx.trainer.step, with no loop objects to replace or restart",
+    "lightning.pytorch.trainer.connectors": "the Trainer's private helpers (no public names); phalanx's are "
+    "phalanx.trainer.strategy_resolution, .data, .checkpointing, .metrics",
+    "lightning.pytorch.trainer.call": "private Trainer helpers (no public names)",
+    "lightning.pytorch.trainer.setup": "private Trainer helpers (no public names)",
+    "lightning.pytorch.trainer.configuration_validator": "private Trainer helpers (no public names); phalanx "
+    "validates in phalanx.trainer.arguments",
+    "lightning.pytorch.strategies.launchers": "Lightning's launchers are private (_SubprocessScriptLauncher, ...); "
+    "phalanx's are public at phalanx.launchers (SubprocessScriptLauncher, MultiProcessingLauncher)",
+    "lightning.pytorch.strategies.deepspeed:remove_module_hooks": "a DeepSpeed-engine internal of Lightning's "
+    "strategy; phalanx's DeepSpeedStrategy (phalanx-strategy-deepspeed) does not need it",
+    "lightning.pytorch.overrides": "Lightning's DDP internals: prepare_for_backward reaches into DDP's reducer "
+    "(phalanx's DDP never needs it) and the unpadded prediction sampler is "
+    "phalanx.trainer.predict_loop.UnrepeatedDistributedSampler (keyword-only num_replicas/rank)",
+    "lightning.pytorch.tuner.batch_size_scaling": "private functions (no public names); phalanx's search is "
+    "phalanx.callbacks.BatchSizeFinder",
+    "lightning.pytorch.plugins.io.wrapper": "a private base class (no public names)",
+    "lightning.pytorch.utilities.imports": "availability flags are private (no public names)",
+    "lightning.pytorch.utilities.testing": "Lightning's own test-suite helper (private _runif_reasons); phalanx's "
+    "testing kit is phalanx.testing",
+    "lightning.pytorch.utilities.argparse": "private helpers (no public names): phalanx's Trainer does not take "
+    "defaults from PL_TRAINER_* environment variables",
+    "lightning.pytorch.loggers.utilities": "private helpers (no public names)",
+    # Hosted services and sunset integrations.
+    "lightning.pytorch.loggers.comet": "CometLogger logs to a hosted service; not implemented",
+    "lightning.pytorch.loggers.litlogger": "LitLogger logs to Lightning's hosted platform",
+    "lightning.pytorch.loggers.neptune": "Lightning's NeptuneLogger only raises (Neptune was sunset)",
+    "lightning.pytorch.loggers:CometLogger": "logs to a hosted service; not implemented",
+    "lightning.pytorch.loggers:LitLogger": "logs to Lightning's hosted platform",
+    "lightning.pytorch.utilities.model_registry": "downloads from Lightning's hosted model registry",
+    "lightning.pytorch.serve": "Lightning's serving check starts a FastAPI server against its ServableModule "
+    "API; phalanx has no serving integration",
+    # Checkpoints of older Lightning versions.
+    "lightning.pytorch.utilities.migration": "upgrades checkpoints written by older Lightning versions; run "
+    "Lightning's own upgrade_checkpoint on them",
+    "lightning.pytorch.utilities.upgrade_checkpoint": "upgrades checkpoints written by older Lightning versions; "
+    "run it with Lightning installed",
+    "lightning.pytorch.utilities.consolidate_checkpoint": "a command-line script; `phalanx checkpoint convert SRC "
+    "DST` consolidates any strategy's checkpoint",
+    # Hardware and libraries phalanx does not ship a core class for.
+    "lightning.pytorch.plugins.precision.bitsandbytes": "bitsandbytes quantisation (CUDA only) is not implemented",
+    "lightning.pytorch.plugins.precision.transformer_engine": "NVIDIA Transformer Engine (Hopper GPUs) is not "
+    "implemented; phalanx's float8 path is precision='float8' (torchao)",
+    "lightning.pytorch.plugins:BitsandbytesPrecision": "bitsandbytes quantisation (CUDA only) is not implemented",
+    "lightning.pytorch.plugins:TransformerEnginePrecision": "NVIDIA Transformer Engine is not implemented; "
+    "precision='float8' uses torchao",
+    "lightning.pytorch.plugins.precision:BitsandbytesPrecision": "bitsandbytes quantisation (CUDA only) is not "
+    "implemented",
+    "lightning.pytorch.plugins.precision:TransformerEnginePrecision": "NVIDIA Transformer Engine is not "
+    "implemented; precision='float8' uses torchao",
+    "lightning.pytorch.plugins.precision.fsdp": "the fsdp strategy applies precision='...' through FSDP2's "
+    "MixedPrecisionPolicy itself; there is no separate precision class to pass",
+    "lightning.pytorch.plugins.precision.deepspeed": "the deepspeed strategy applies precision='...' through the "
+    "DeepSpeed config itself; there is no separate precision class to pass",
+    "lightning.pytorch.plugins:FSDPPrecision": "the fsdp strategy applies precision='...' itself (FSDP2's "
+    "MixedPrecisionPolicy)",
+    "lightning.pytorch.plugins:DeepSpeedPrecision": "the deepspeed strategy applies precision='...' itself (the "
+    "DeepSpeed config)",
+    "lightning.pytorch.plugins.precision:FSDPPrecision": "the fsdp strategy applies precision='...' itself",
+    "lightning.pytorch.plugins.precision:DeepSpeedPrecision": "the deepspeed strategy applies precision='...' itself",
+    "lightning.pytorch.plugins.precision.double:LightningDoublePrecisionModule": "a deprecated wrapper module; "
+    "DoublePrecision converts the model and the inputs without one",
+    "lightning.pytorch.plugins.environments:MPIEnvironment": "needs mpi4py; not implemented (use torchrun or srun)",
+    "lightning.pytorch.plugins.environments:XLAEnvironment": "phalanx-strategy-xla takes ranks from torch-xla's "
+    "runtime in its launcher; there is no environment class",
+    "lightning.pytorch.profilers.xla": "the TPU profiler server (torch-xla only) is not implemented",
+    "lightning.pytorch.profilers:XLAProfiler": "the TPU profiler server (torch-xla only) is not implemented",
+    "lightning.pytorch.profilers.pytorch:RegisterRecordFunction": "a helper inside Lightning's PyTorchProfiler; "
+    "phalanx's labels module forwards with record_module_names=True",
+    "lightning.pytorch.profilers.pytorch:ScheduleWrapper": "a helper inside Lightning's PyTorchProfiler; phalanx's "
+    "steps torch's schedule directly",
+    "lightning.pytorch.loggers.csv_logs:ExperimentWriter": "phalanx's CSVLogger writes metrics.csv and hparams.yaml "
+    "itself (buffered, widening the header, object stores); there is no separate writer object",
+    "lightning.pytorch.utilities.model_summary.model_summary_deepspeed": "phalanx's one ModelSummary counts "
+    "ZeRO-3's partitioned parameters (ds_numel) itself; there is no DeepSpeed variant",
+    "lightning.pytorch.utilities.model_summary:DeepSpeedSummary": "phalanx's one ModelSummary counts ZeRO-3's "
+    "partitioned parameters itself",
+}
 
 
 @dataclass
@@ -191,6 +272,8 @@ class ModulePath:
     missing: list[str] = field(default_factory=list)
     differences: list[str] = field(default_factory=list)
     needs_plugin: list[str] = field(default_factory=list)
+    #: Names that exist but need an optional dependency not installed here (``phalanx-core[cli]``).
+    needs_extra: list[str] = field(default_factory=list)
     note: str = ""
 
 
@@ -232,7 +315,9 @@ def _module_level_statements(tree: ast.Module) -> list[ast.stmt]:
                 continue
             stack.extend(reversed(node.body + node.orelse))
         elif isinstance(node, ast.Try):
-            stack.extend(reversed(node.body + [s for h in node.handlers for s in h.body] + node.orelse + node.finalbody))
+            stack.extend(
+                reversed(node.body + [s for h in node.handlers for s in h.body] + node.orelse + node.finalbody)
+            )
         else:
             out.append(node)
     return out
@@ -278,16 +363,17 @@ def phalanx_path(lightning_path: str) -> str:
     return "phalanx" + lightning_path.removeprefix("lightning.pytorch")
 
 
+def _prefixes(module: str) -> list[str]:
+    """``a.b.c`` -> ``["a.b.c", "a.b", "a"]``: the module and the packages above it, nearest first."""
+    parts = module.split(".")
+    return [".".join(parts[:end]) for end in range(len(parts), 0, -1)]
+
+
 def difference_for(module: str, name: str | None = None) -> str | None:
     """The listed reason phalanx lacks ``module`` (or ``module:name``), if there is one."""
     if name is not None and f"{module}:{name}" in DIFFERENCES:
         return DIFFERENCES[f"{module}:{name}"]
-    parts = module.split(".")
-    for end in range(len(parts), 0, -1):
-        reason = DIFFERENCES.get(".".join(parts[:end]))
-        if reason is not None:
-            return reason
-    return None
+    return next((DIFFERENCES[key] for key in _prefixes(module) if key in DIFFERENCES), None)
 
 
 def compare_modules() -> list[ModulePath]:
@@ -301,7 +387,7 @@ def compare_modules() -> list[ModulePath]:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 theirs_module = importlib.import_module(path)
-        except Exception as error:  # noqa: BLE001 - an optional dependency of Lightning's own module
+        except Exception as error:  # an optional dependency of Lightning's own module is missing
             results.append(ModulePath(path, ours_path, 0, "unimportable", note=f"{type(error).__name__}: {error}"))
             continue
         theirs = sorted(public_names(theirs_module))
@@ -312,7 +398,9 @@ def compare_modules() -> list[ModulePath]:
             ours_module = importlib.import_module(ours_path)
         except ImportError as error:
             results.append(
-                ModulePath(path, ours_path, len(theirs), "absent", missing=theirs, note=f"{type(error).__name__}: {error}")
+                ModulePath(
+                    path, ours_path, len(theirs), "absent", missing=theirs, note=f"{type(error).__name__}: {error}"
+                )
             )
             continue
         entry = ModulePath(path, ours_path, len(theirs), "present")
@@ -321,6 +409,9 @@ def compare_modules() -> list[ModulePath]:
                 getattr(ours_module, RENAMED.get(name, name))
             except PluginUnavailableError:
                 entry.needs_plugin.append(name)
+            except ModuleNotFoundError as error:
+                entry.needs_extra.append(name)
+                entry.note = entry.note or str(error).splitlines()[0]
             except (AttributeError, ImportError):
                 (entry.differences if difference_for(path, name) else entry.missing).append(name)
             else:
@@ -336,7 +427,7 @@ def module_totals(modules: list[ModulePath]) -> dict[str, int]:
     counted = [m for m in modules if m.status != "unimportable"]
     return {
         "names": sum(m.names for m in counted),
-        "names_present": sum(len(m.present) + len(m.needs_plugin) for m in counted),
+        "names_present": sum(len(m.present) + len(m.needs_plugin) + len(m.needs_extra) for m in counted),
         "names_differences": sum(len(m.differences) for m in counted),
         "names_missing": sum(len(m.missing) for m in counted),
         "modules": len(counted),
@@ -358,7 +449,11 @@ def _module_table(modules: list[ModulePath]) -> str:
         f"differences, {totals['names_missing']} missing",
         f"  modules: {totals['modules_present']} of {totals['modules']} complete, {totals['modules_partial']} partial, "
         f"{totals['modules_differences']} deliberate differences, {totals['modules_absent']} absent"
-        + (f" ({totals['modules_unimportable']} of Lightning's do not import here)" if totals["modules_unimportable"] else ""),
+        + (
+            f" ({totals['modules_unimportable']} of Lightning's do not import here)"
+            if totals["modules_unimportable"]
+            else ""
+        ),
     ]
     missing = [m for m in modules if m.status in {"absent", "partial"}]
     if missing:
@@ -370,18 +465,28 @@ def _module_table(modules: list[ModulePath]) -> str:
     plugin = [m for m in modules if m.needs_plugin]
     if plugin:
         lines.append("")
-        lines.append("needing a plugin package not installed here:")
+        lines.append("present, from a plugin package not installed here:")
         lines.extend(f"  {m.phalanx}: {', '.join(m.needs_plugin)}" for m in plugin)
+    extra = [m for m in modules if m.needs_extra]
+    if extra:
+        lines.append("")
+        lines.append("present, needing an optional dependency not installed here:")
+        lines.extend(f"  {m.phalanx}: {', '.join(m.needs_extra)} ({m.note})" for m in extra)
     differences = [m for m in modules if m.status == "difference" or m.differences]
     if differences:
         lines.append("")
         lines.append("deliberate differences (DIFFERENCES in tools/lightning_surface.py):")
+        whole: dict[str, list[ModulePath]] = {}
         for m in differences:
             if m.status == "difference":
-                lines.append(f"  {m.phalanx} (whole module): {difference_for(m.lightning)}")
+                key = next(k for k in _prefixes(m.lightning) if k in DIFFERENCES)
+                whole.setdefault(key, []).append(m)
             else:
                 for name in m.differences:
                     lines.append(f"  {m.phalanx}:{name}: {difference_for(m.lightning, name)}")
+        for key, members in whole.items():
+            below = f" and {len(members) - 1} modules below" if len(members) > 1 else ""
+            lines.append(f"  {phalanx_path(key)} (whole module{below}): {DIFFERENCES[key]}")
     unimportable = [m for m in modules if m.status == "unimportable"]
     if unimportable:
         lines.append("")
