@@ -218,8 +218,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_checkpoint_convert(args: argparse.Namespace) -> int:
-    from phalanx.errors import PhalanxError
     from phalanx.discovery import convert_checkpoint
+    from phalanx.errors import PhalanxError
 
     try:
         convert_checkpoint(args.source, args.destination)

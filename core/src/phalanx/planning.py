@@ -17,9 +17,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from phalanx.discovery import decide
 from phalanx.errors import MisconfigurationError
 from phalanx.memory import MemoryEstimate, MemoryRequest, ModelSummary, format_bytes
-from phalanx.discovery import decide
 from phalanx.registry import StrategyRegistry
 
 __all__ = ["PlanReport", "PlanRow", "estimate_memory", "plan_strategies"]

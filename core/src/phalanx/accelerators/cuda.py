@@ -141,10 +141,7 @@ def get_nvidia_gpu_stats(device: torch.device | str | int) -> dict[str, float]:
     if executable is None:
         msg = "nvidia-smi: command not found (get_nvidia_gpu_stats reads it; install the NVIDIA driver utilities)"
         raise FileNotFoundError(msg)
-    if isinstance(device, int):
-        index = device
-    else:
-        index = torch.device(device).index or 0
+    index = device if isinstance(device, int) else (torch.device(device).index or 0)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", ",".join(str(i) for i in range(_num_cuda_devices()))).split(",")
     gpu_id = visible[index].strip()
     query = ",".join(name for name, _ in _NVIDIA_SMI_FIELDS)

@@ -60,7 +60,7 @@ class _ProcessedMNIST(Dataset[tuple[Tensor, int]]):
         return len(self.data)
 
 
-def MNIST(*args: Any, **kwargs: Any) -> Dataset[Any]:  # noqa: N802 - Lightning's name for a dataset factory
+def MNIST(*args: Any, **kwargs: Any) -> Dataset[Any]:
     """torchvision's ``MNIST(root, train=..., download=..., transform=...)`` when torchvision is
     installed, else the processed tensors already on disk (see the module docstring)."""
     try:
@@ -95,7 +95,9 @@ class MNISTDataModule(DataModule):
     ) -> None:
         super().__init__()
         if num_workers and sys.platform == "win32":
-            warnings.warn(f"num_workers={num_workers} on Windows: using 0 (worker processes start slowly there)", stacklevel=2)
+            warnings.warn(
+                f"num_workers={num_workers} on Windows: using 0 (worker processes start slowly there)", stacklevel=2
+            )
             num_workers = 0
         self.data_dir = data_dir
         self.val_split = val_split

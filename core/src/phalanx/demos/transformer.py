@@ -188,7 +188,7 @@ class WikiText2(Dataset[tuple[Tensor, Tensor]]):
         destination.parent.mkdir(parents=True, exist_ok=True)
         partial = destination.with_suffix(".part")
         try:
-            urllib.request.urlretrieve(WIKITEXT2_URL, partial)  # noqa: S310 - a fixed https URL
+            urllib.request.urlretrieve(WIKITEXT2_URL, partial)
         except OSError as error:
             partial.unlink(missing_ok=True)
             msg = f"WikiText2: downloading {WIKITEXT2_URL} failed ({error}). Offline, place that file at {destination}."

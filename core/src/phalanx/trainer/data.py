@@ -154,8 +154,12 @@ def prepare_loader(
     if sequential:
         shuffle = False
     if isinstance(loader, CombinedLoader):
-        options = {"use_distributed_sampler": use_distributed_sampler, "shuffle": shuffle, "sequential": sequential}
-        loader.flattened = [prepare_loader(inner, strategy, **options) for inner in loader.flattened]
+        loader.flattened = [
+            prepare_loader(
+                inner, strategy, use_distributed_sampler=use_distributed_sampler, shuffle=shuffle, sequential=sequential
+            )
+            for inner in loader.flattened
+        ]
         return CombinedBatches(loader)
     shard = strategy.distributed_sampler_kwargs
     if use_distributed_sampler and shard is not None and shard["num_replicas"] > 1:

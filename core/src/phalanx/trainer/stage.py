@@ -25,7 +25,7 @@ from phalanx.trainer.data import resolve_loaders
 from phalanx.trainer.entry_points import no_training_data
 from phalanx.trainer.step import StepOptimizer
 from phalanx.trainer.watchdog import Watchdog
-from phalanx.trainer_view import TrainerFn
+from phalanx.trainer_view import TrainerFn, TrainerStatus
 from phalanx.utilities.model_helpers import is_overridden
 from phalanx.utilities.rank_zero import rank_zero_only
 from phalanx.utilities.seed import reset_seed
@@ -217,7 +217,7 @@ def run_stage(run: Run, loaders: dict[str, Any], ckpt_path: str | None, options:
             result = _run_loop(run, options)
     except BaseException as exception:
         _stop_watchdog(run)
-        run.state.status = "interrupted"
+        run.state.status = TrainerStatus.INTERRUPTED
         hooks.call_callbacks("on_exception", exception)
         if datamodule is not None:
             datamodule.on_exception(exception)
@@ -226,7 +226,7 @@ def run_stage(run: Run, loaders: dict[str, Any], ckpt_path: str | None, options:
             _teardown(run, stage, "failed")
         raise
     _stop_watchdog(run)
-    run.state.status = "finished"
+    run.state.status = TrainerStatus.FINISHED
     _teardown(run, stage, "success")
     if fn is TrainerFn.FITTING:
         run.fit_loop.preemption.exit_if_preempted(run)  # SystemExit(143) after a preemption checkpoint

@@ -30,7 +30,7 @@ from phalanx.trainer.properties import TrainerProperties
 from phalanx.trainer.run import Run
 from phalanx.trainer.stage import run_stage
 from phalanx.trainer.strategy_resolution import resolve_strategy
-from phalanx.trainer_view import RunningStage, TrainerFn, TrainerState
+from phalanx.trainer_view import RunningStage, TrainerFn, TrainerState, TrainerStatus
 from phalanx.utilities.paths import check_path
 from phalanx.utilities.rank_zero import rank_zero_info
 
@@ -316,7 +316,7 @@ class Trainer(TrainerProperties):
         self._module = model
         self._datamodule = loaders.get("datamodule")
         self._ckpt_path = ckpt_path
-        self._state.fn, self._state.stage, self._state.status = fn, _FIRST_STAGE[fn], "running"
+        self._state.fn, self._state.stage, self._state.status = fn, _FIRST_STAGE[fn], TrainerStatus.RUNNING
         self._callbacks = components.add_module_callbacks(self._callbacks, model)
         self.run = self._new_run(fn, model)
         return run_stage(self.run, loaders, ckpt_path, options)

@@ -10,6 +10,14 @@ from __future__ import annotations
 
 from phalanx.callbacks.progress.progress_bar import ProgressBar, get_standard_metrics
 from phalanx.callbacks.progress.rich_progress import RichProgressBar, RichProgressBarTheme
-from phalanx.callbacks.progress.tqdm_progress import TQDMProgressBar, Tqdm, convert_inf
+from phalanx.callbacks.progress.tqdm_progress import Tqdm, TQDMProgressBar, convert_inf
 
-__all__ = ["ProgressBar", "RichProgressBar", "RichProgressBarTheme", "TQDMProgressBar", "Tqdm", "convert_inf", "get_standard_metrics"]
+__all__ = [
+    "ProgressBar",
+    "RichProgressBar",
+    "RichProgressBarTheme",
+    "TQDMProgressBar",
+    "Tqdm",
+    "convert_inf",
+    "get_standard_metrics",
+]
