@@ -55,7 +55,9 @@ class KubeflowEnvironment(ClusterEnvironment):
         Raises:
             NotImplementedError: Always; pass the environment to the Trainer instead.
         """
-        msg = "KubeflowEnvironment cannot be detected from the environment; pass Trainer(plugins=[KubeflowEnvironment()])"
+        msg = (
+            "KubeflowEnvironment cannot be detected from the environment; pass Trainer(plugins=[KubeflowEnvironment()])"
+        )
         raise NotImplementedError(msg)
 
     def world_size(self) -> int:

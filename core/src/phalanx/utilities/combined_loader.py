@@ -133,7 +133,9 @@ class _Pass:
                     return batch, index, self.dataloader_idx
             self.dataloader_idx += 1
             self.batch_idx = 0
-            self.iterators = [iter(self.iterables[self.dataloader_idx])] if self.dataloader_idx < len(self.iterables) else []
+            self.iterators = (
+                [iter(self.iterables[self.dataloader_idx])] if self.dataloader_idx < len(self.iterables) else []
+            )
         raise StopIteration
 
 
