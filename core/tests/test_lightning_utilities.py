@@ -25,6 +25,7 @@ from trainer_helpers import run_python
 
 from phalanx.utilities import rank_zero
 from phalanx.utilities.rank_zero import (
+    LightningDeprecationWarning,
     WarningCache,
     rank_from_env,
     rank_prefixed_message,
@@ -364,10 +365,11 @@ def test_rank_zero_warnings_point_at_the_caller_and_stay_silent_elsewhere(rank: 
         return
     assert [(str(w.message), w.category, w.filename) for w in caught] == [
         ("careful", UserWarning, THIS_FILE),
-        ("old", DeprecationWarning, THIS_FILE),
+        ("old", LightningDeprecationWarning, THIS_FILE),  # a DeprecationWarning, under Lightning's category
         ("once", UserWarning, THIS_FILE),
-        ("dep once", DeprecationWarning, THIS_FILE),
+        ("dep once", LightningDeprecationWarning, THIS_FILE),
     ]
+    assert issubclass(LightningDeprecationWarning, DeprecationWarning)
 
 
 @pytest.mark.parametrize("rank", [0, 1], indirect=True)
