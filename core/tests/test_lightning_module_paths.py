@@ -119,10 +119,22 @@ def test_plugins_namespace_and_light_paths_do_not_import_torch() -> None:
         "import phalanx.core, phalanx.trainer.states, phalanx.utilities.enums, phalanx.utilities.warnings\n"
         "from phalanx.plugins.environments import SLURMEnvironment, LightningEnvironment\n"
         "from phalanx.trainer.states import TrainerFn, TrainerStatus\n"
+        "import phalanx as pl\n"
+        "pl.plugins.environments, pl.core, pl.trainer.states, pl.utilities.enums\n"
         "heavy = sorted(m for m in ('torch', 'pluggy') if m in sys.modules)\n"
         "assert not heavy, heavy\n"
     )
     run_python(code)
+
+
+def test_subpackages_are_attributes_of_the_package() -> None:
+    import phalanx.callbacks
+    import phalanx.plugins.precision
+
+    assert phalanx.callbacks.EarlyStopping is _resolve("phalanx.callbacks.early_stopping:EarlyStopping")
+    assert phalanx.plugins.precision.HalfPrecision is _resolve("phalanx.precision:HalfPrecision")
+    with pytest.raises(AttributeError, match="loops"):
+        phalanx.loops  # noqa: B018 - a deliberate gap: Lightning's loop objects
 
 
 # ------------------------------------------------------------------------------------------ exceptions

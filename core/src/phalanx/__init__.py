@@ -42,7 +42,27 @@ if TYPE_CHECKING:
     from phalanx.utilities.seed import seed_everything
 
 
+#: Subpackages reachable as attributes after ``import phalanx as pl`` (``pl.callbacks.EarlyStopping``),
+#: as Lightning's are after ``import lightning.pytorch as pl``; each is imported on first access.
+_SUBPACKAGES = frozenset(
+    (
+        "accelerators",
+        "callbacks",
+        "core",
+        "loggers",
+        "plugins",
+        "profilers",
+        "strategies",
+        "trainer",
+        "tuner",
+        "utilities",
+    )
+)
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"phalanx.{name}")
     target = _LAZY.get(name)
     if target is None:
         msg = f"module 'phalanx' has no attribute {name!r}"

@@ -57,7 +57,13 @@ _WHERE = {
 _FROM_PLUGIN_PACKAGES = ("XLACheckpointIO", "XLAPrecision")
 
 
+#: Subpackages reachable as attributes (``phalanx.plugins.precision.HalfPrecision``), as in Lightning.
+_SUBMODULES = ("io", "layer_sync", "precision")
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
     if name in _WHERE:
         return getattr(importlib.import_module(_WHERE[name]), name)
     if name in _FROM_PLUGIN_PACKAGES:
