@@ -6,10 +6,13 @@ metadata keeps a wide range, so users install whatever torch fits their machine.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import shutil
+import sys
+import time
 from pathlib import Path
 
 import nox
@@ -29,6 +32,8 @@ CORE_EXTRAS = {"strategy-fsdp": "float8"}
 
 PACKAGES = sorted(p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").exists())
 TEST_DEPS = ["pytest>=7", "pytest-timeout>=2"]
+#: The variable that blocks plugins by entry-point name (phalanx reads it at discovery).
+DISABLE = "PHALANX_DISABLE_PLUGINS"
 
 nox.options.default_venv_backend = "virtualenv"
 nox.options.error_on_missing_interpreters = True
@@ -46,28 +51,136 @@ nox.options.sessions = [
 DOCS_DEPS = ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10", "mkdocstrings[python]>=0.26", "ruff"]
 
 
-def _install_torch(session: nox.Session, spec: str = TORCH) -> None:
+#: Each session's wall time in the last run (``_session`` writes it; tools/test_times.py reads it).
+SESSION_TIMES = ROOT / ".nox" / "session-times.json"
+#: Each pytest run's per-test times (JUnit XML, one file per session; tools/test_times.py reads them).
+JUNIT_DIR = ROOT / ".nox" / "junit"
+
+
+def _session(*args: object, **kwargs: object):
+    """``nox.session`` that also records the session's wall time in SESSION_TIMES.
+
+    The record is how the suite's cost is measured and kept in view (``nox -s test-times``
+    regenerates docs/test-times.md from a full run).
+    """
+
+    def decorate(func):
+        @functools.wraps(func)
+        def timed(session: nox.Session, *a: object, **k: object) -> None:
+            start = time.monotonic()
+            try:
+                func(session, *a, **k)
+            finally:
+                seconds = round(time.monotonic() - start, 1)
+                SESSION_TIMES.parent.mkdir(parents=True, exist_ok=True)
+                times = json.loads(SESSION_TIMES.read_text()) if SESSION_TIMES.exists() else {}
+                times[session.name] = seconds
+                SESSION_TIMES.write_text(json.dumps(times, indent=1) + "\n")
+                session.log(f"{session.name} took {seconds:.0f} s")
+
+        return nox.session(timed, *args, **kwargs)
+
+    return decorate
+
+
+def _install_torch(session: nox.Session, spec: str = TORCH, *, python: str = "python") -> None:
     """Put one shared install of ``spec`` (TORCH) on this session's path instead of installing it again.
 
     torch is most of every session's venv (about 0.9 GB, 30 s to install); the first session of a
     run installs it with `pip --target` into .nox/shared-<spec>/ and each session adds that folder
     to its site-packages with a .pth file, so pip sees torch as installed and the sessions' own
     packages still go into their own venvs. The xla session keeps its own torch (torch-xla pins it).
+    ``python`` is the interpreter of the venv to extend (a session's own by default).
     """
     shared = ROOT / ".nox" / ("shared-" + "".join(c if c.isalnum() or c in ".-" else "_" for c in spec))
     complete = shared / ".complete"
+    external = python != "python"
     if not complete.exists():
         if shared.exists():  # an install that was cut off: start again
             shutil.rmtree(shared)
-        session.run("python", "-m", "pip", "install", "--quiet", "--target", str(shared), spec)
+        session.run(python, "-m", "pip", "install", "--quiet", "--target", str(shared), spec, external=external)
         complete.touch()
-    purelib = session.run("python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True)
+    purelib = session.run(
+        python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True, external=external
+    )
     assert isinstance(purelib, str)
     Path(purelib.strip(), "_shared_torch.pth").write_text(f"{shared}\n")
 
 
+# --- the local distributions: built into wheels once per run -----------------------------------
+
+#: Every distribution of this repository, by folder: the core, the plugins, the test plugin and
+#: the example vendor package.
+LOCAL = {
+    "core": ROOT / "core",
+    **{name: ROOT / "packages" / name for name in PACKAGES},
+    "testplugin": ROOT / "tests" / "plugins" / "phalanx-testplugin",
+    "vendor-strategy": ROOT / "examples" / "vendor-strategy",
+}
+#: This run's wheels of LOCAL (rebuilt by the first session of each run that needs them).
+WHEELHOUSE = ROOT / ".nox" / "wheelhouse"
+_wheels: dict[str, Path] = {}
+
+
+def _wheel(session: nox.Session, folder: str, *, python: str = "python") -> str:
+    """The path of this run's wheel of ``LOCAL[folder]``, building every local wheel on first use.
+
+    Each distribution used to be built from its folder by every session that installed it (the
+    core ten times a run, each build in a fresh isolated environment); now the first session that
+    needs one builds them all, without build isolation (hatchling installed once), and every
+    session installs the same files.
+    """
+    if not _wheels:
+        shutil.rmtree(WHEELHOUSE, ignore_errors=True)
+        external = python != "python"
+        session.run(python, "-m", "pip", "install", "--quiet", "hatchling>=1.18", external=external)
+        session.run(
+            python, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir",
+            str(WHEELHOUSE), *(str(path) for path in LOCAL.values()), external=external,
+        )  # fmt: skip
+        for key, path in LOCAL.items():
+            project = _project(path)["name"].replace("-", "_")
+            (wheel,) = WHEELHOUSE.glob(f"{project}-*.whl")
+            _wheels[key] = wheel
+    return str(_wheels[folder])
+
+
+def _project(folder: Path) -> dict:
+    """The ``[project]`` table of ``folder``'s pyproject.toml."""
+    import tomllib
+
+    return tomllib.loads((folder / "pyproject.toml").read_text())["project"]
+
+
+def _entry_points(folder: str) -> list[str]:
+    """The ``phalanx`` entry-point names ``LOCAL[folder]`` declares (what PHALANX_DISABLE_PLUGINS blocks)."""
+    return sorted(_project(LOCAL[folder]).get("entry-points", {}).get("phalanx", {}))
+
+
+#: pytest-xdist on two workers; the tests that start processes run one at a time on one of them
+#: (phalanx.testing.scheduling), so two multi-rank jobs never share the cores.
+XDIST = ["-n", "2", "--dist", "loadgroup", "-p", "phalanx.testing.scheduling"]
+
+
+def _pytest(
+    session: nox.Session,
+    *paths: str,
+    env: dict[str, str] | None = None,
+    python: str = "python",
+    workers: bool = False,
+) -> None:
+    """Run pytest on ``paths`` (on XDIST's workers if ``workers``), recording per-test times (JUNIT_DIR)."""
+    # --durations: the slowest tests in every CI log, where trimming the suite starts
+    JUNIT_DIR.mkdir(parents=True, exist_ok=True)
+    junit = f"--junitxml={JUNIT_DIR / (session.name + '.xml')}"
+    session.run(
+        python, "-m", "pytest", *paths, "-ra", "--durations=25", junit, *(XDIST if workers else ()), *session.posargs,
+        env=env, external=python != "python",
+    )  # fmt: skip
+
+
 def _install_package(session: nox.Session, name: str) -> None:
-    """Install one of packages/ with its heavy dependencies in the order they need."""
+    """Install one of packages/ into the session's own venv with its heavy dependencies in order."""
     extra = NO_BUILD_ISOLATION.get(name)
     if extra:
         session.install("setuptools", "wheel", "packaging", "py-cpuinfo", "psutil")
@@ -75,54 +188,89 @@ def _install_package(session: nox.Session, name: str) -> None:
     session.install(f"./packages/{name}" + (f"[{EXTRAS[name]}]" if name in EXTRAS else ""))
 
 
-def _pytest(session: nox.Session, *paths: str, env: dict[str, str] | None = None) -> None:
-    # --durations: the slowest tests in every CI log, where trimming the suite starts
-    session.run("python", "-m", "pytest", *paths, "-ra", "--durations=25", *session.posargs, env=env)
+# --- one environment for the core's, the packages' and the integration tests -------------------
+
+#: The venv tests-core, every tests-<package> and integration share (they need the same set: the
+#: core with every extra, every plugin, and the plugins' heavy dependencies).
+SHARED_ENV = ROOT / ".nox" / "shared-env"
+#: What the shared venv holds besides the local wheels (the core's extras come with its wheel).
+SHARED_DEPS = [*TEST_DEPS, "pytest-xdist>=3", "moto[server]>=5"]
+_shared_ready = False
 
 
-@nox.session(name="tests-core")
+def _shared_env(session: nox.Session, *, plugins: bool) -> str:
+    """The shared venv's python, ready for this session: with every local plugin, or the core alone.
+
+    Made and filled once per run (the first of these sessions pays for it); every later session
+    only adds or removes the local plugin wheels, which takes seconds. ``plugins=False`` removes
+    them so the core's tests see a core-only install (the third-party libraries stay: with no
+    plugin to load them they are inert). A package's tests run with every other plugin blocked
+    through ``PHALANX_DISABLE_PLUGINS`` (see ``_package_session``), as if installed alone.
+    """
+    global _shared_ready
+    python = str(SHARED_ENV / "bin" / "python")
+    if not _shared_ready:
+        if not (SHARED_ENV / "bin" / "python").exists():
+            session.run(sys.executable, "-m", "venv", str(SHARED_ENV), external=True)
+            session.run(python, "-m", "pip", "install", "--quiet", "--upgrade", "pip", external=True)
+        _install_torch(session, python=python)
+        core = _wheel(session, "core", python=python)
+        session.run(python, "-m", "pip", "install", "--quiet", f"{core}[all,s3]", *SHARED_DEPS, external=True)
+        for extra in NO_BUILD_ISOLATION.values():
+            session.run(python, "-m", "pip", "install", "--quiet", "setuptools", "wheel", "packaging",
+                        "py-cpuinfo", "psutil", external=True)  # fmt: skip
+            session.run(python, "-m", "pip", "install", "--quiet", "--no-build-isolation", *extra, external=True)
+        # The third-party libraries the plugins need (torchft), then every local wheel of this run.
+        extras = [f"{_wheel(session, name, python=python)}[{EXTRAS[name]}]" for name in EXTRAS]
+        session.run(python, "-m", "pip", "install", "--quiet", *extras, external=True)
+        session.run(python, "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall",
+                    *(_wheel(session, key, python=python) for key in LOCAL), external=True)  # fmt: skip
+        _shared_ready = True
+    local_plugins = [_project(path)["name"] for key, path in LOCAL.items() if key != "core"]
+    if plugins:
+        session.run(python, "-m", "pip", "install", "--quiet", "--no-deps",
+                    *(_wheel(session, key, python=python) for key in LOCAL if key != "core"), external=True)  # fmt: skip
+    else:
+        session.run(python, "-m", "pip", "uninstall", "--quiet", "--yes", *local_plugins, external=True)
+    return python
+
+
+@_session(name="tests-core", venv_backend="none")
 def tests_core(session: nox.Session) -> None:
     """Core unit tests: registries, discovery, contracts, Trainer on one device, with every optional
-    backend installed (logger backends, jsonargparse, matplotlib, rich) so each is tested for real."""
-    _install_torch(session)
-    session.install("./core[all]", *TEST_DEPS)
-    _pytest(session, "core/tests")
+    backend installed (logger backends, jsonargparse, matplotlib, rich) so each is tested for real;
+    no plugin package is installed."""
+    _pytest(session, "core/tests", python=_shared_env(session, plugins=False), workers=True)
 
 
 def _package_session(name: str) -> None:
-    @nox.session(name=f"tests-{name}")
+    @_session(name=f"tests-{name}", venv_backend="none")
     def run(session: nox.Session) -> None:
-        _install_torch(session)
-        session.install("./core" + (f"[{CORE_EXTRAS[name]}]" if name in CORE_EXTRAS else ""), *TEST_DEPS)
-        _install_package(session, name)
-        _pytest(session, f"packages/{name}/tests")
+        python = _shared_env(session, plugins=True)
+        others = [ep for key in LOCAL if key not in ("core", name) for ep in _entry_points(key)]
+        _pytest(session, f"packages/{name}/tests", python=python, env={DISABLE: ",".join(others)}, workers=True)
 
-    run.__doc__ = f"Tests of packages/{name}, installed with the core only."
+    run.__doc__ = f"Tests of packages/{name}, every other plugin blocked (as if installed with the core only)."
 
 
 for _name in PACKAGES:
     _package_session(_name)
 
 
-@nox.session
+@_session(venv_backend="none")
 def integration(session: nox.Session) -> None:
     """Everything installed together, plus the test plugin and the example vendor package (its
     own distribution, tested as its vendor would): discovery and end-to-end runs."""
-    _install_torch(session)
-    # tensorboard: the Lightning scripts of tests/lightning log to TensorBoard; cli and extra
-    # (jsonargparse, matplotlib, rich): the snippets of docs/callbacks.md and docs/cli.md use them
-    session.install("./core[tensorboard,cli,extra]", *TEST_DEPS)
-    for name in PACKAGES:
-        _install_package(session, name)
-    session.install("./tests/plugins/phalanx-testplugin", "./examples/vendor-strategy")
+    python = _shared_env(session, plugins=True)
     # tests/remote: a real S3 API server (moto's server mode) on loopback, driven through s3fs
-    session.install("./core[s3]", "moto[server]>=5")
-    _pytest(session, "tests", "examples/vendor-strategy/tests", env={"PHALANX_REQUIRE_S3": "1"})
+    _pytest(
+        session, "tests", "examples/vendor-strategy/tests", env={"PHALANX_REQUIRE_S3": "1"}, python=python, workers=True
+    )
     # The benchmarks' smoke run (`nox -s bench -- --quick`, every script for a few steps, about 5
-    # minutes) is no longer part of this session: the default run had grown past 75 minutes.
+    # minutes) is not part of this session: `nox -s bench -- --quick` runs it.
 
 
-@nox.session
+@_session()
 def xla(session: nox.Session) -> None:
     """packages/strategy-xla on real torch-xla (XLA:CPU) in its own venv: torch-xla pins its torch."""
     session.install(*XLA_TORCH)
@@ -131,23 +279,48 @@ def xla(session: nox.Session) -> None:
     _pytest(session, "packages/strategy-xla/tests", env={"PJRT_DEVICE": "CPU", "PHALANX_REQUIRE_TORCH_XLA": "1"})
 
 
-@nox.session
+@_session()
 def lightning(session: nox.Session) -> None:
-    """The Lightning scripts of tests/lightning unmodified under real Lightning, with the checks phalanx must pass.
+    """Lightning beside phalanx: the scripts of tests/lightning under real Lightning, and Lightning's own tests on phalanx.
 
-    The integration session runs the same scripts renamed to phalanx (tests/lightning/rename.py);
-    this one proves they are genuine Lightning programs and that the expected numbers are
-    Lightning's. phalanx-core is installed for the test helpers only (the scripts import Lightning
-    alone); a Lightning that does not import fails here instead of skipping. Then the API surface
-    of both is printed side by side (tools/lightning_surface.py).
+    1. The scripts of tests/lightning unmodified under real Lightning: the integration session runs
+       the same scripts renamed to phalanx (tests/lightning/rename.py); this proves they are genuine
+       Lightning programs and that the expected numbers are Lightning's. A Lightning that does not
+       import fails here instead of skipping.
+    2. The API surface of both, module path by module path (tools/lightning_surface.py).
+    3. Lightning's own public-API tests, renamed, on phalanx (tools/lightning_suite.py gate): the
+       session fails when fewer than 95 % of those that pass on Lightning pass on phalanx. The
+       harness with Lightning's tests lives outside this repository (PHALANX_LIGHTNING_SUITE, or
+       ../shared/lightning-suite beside the checkout); where it is absent this step says so and is
+       not run.
     """
     _install_torch(session)
-    session.install("./core[tensorboard]", LIGHTNING, *TEST_DEPS)
+    session.install(f"{_wheel(session, 'core')}[tensorboard,cli,extra]", LIGHTNING, *TEST_DEPS, *LIGHTNING_SUITE_DEPS)
+    for name in NO_BUILD_ISOLATION:
+        _install_package_wheel(session, name)
+    session.install(*(_wheel(session, name) for name in ("strategy-ddp", "strategy-fsdp", "strategy-model-parallel")))
     _pytest(session, "tests/lightning/test_under_lightning.py", env={"PHALANX_REQUIRE_LIGHTNING": "1"})
     session.run("python", "tools/lightning_surface.py")
+    session.run("python", "tools/lightning_suite.py", "gate", "--if-found")
 
 
-@nox.session
+#: What Lightning's own tests import besides Lightning and pytest (the harness's list).
+LIGHTNING_SUITE_DEPS = [
+    "pytest-xdist>=3", "cloudpickle", "scikit-learn", "pandas", "jsonargparse[signatures]", "omegaconf", "tqdm",
+    "rich", "psutil",
+]  # fmt: skip
+
+
+def _install_package_wheel(session: nox.Session, name: str) -> None:
+    """Install this run's wheel of packages/``name`` with its heavy dependencies in the order they need."""
+    extra = NO_BUILD_ISOLATION.get(name)
+    if extra:
+        session.install("setuptools", "wheel", "packaging", "py-cpuinfo", "psutil")
+        session.install("--no-build-isolation", *extra)
+    session.install(_wheel(session, name) + (f"[{EXTRAS[name]}]" if name in EXTRAS else ""))
+
+
+@_session()
 def lint(session: nox.Session) -> None:
     """ruff, mypy on the core, and the layering rule (core imports no plugin; _plugin.py no torch)."""
     _install_torch(session)
@@ -157,7 +330,7 @@ def lint(session: nox.Session) -> None:
     session.run("mypy", "core/src/phalanx")
 
 
-@nox.session
+@_session()
 def docs(session: nox.Session) -> None:
     """Build the documentation site into site/ in strict mode: a broken link or reference fails.
 
@@ -198,6 +371,15 @@ def bench(session: nox.Session) -> None:
         _install_package(session, name)
     session.install("./tests/plugins/phalanx-testplugin")
     session.run("python", "benchmarks/run_all.py", *session.posargs, env={"DS_ACCELERATOR": "cpu"})
+
+
+@nox.session(name="test-times", venv_backend="none")
+def test_times(session: nox.Session) -> None:
+    """Run the default sessions, then write docs/test-times.md: each session's time and the slowest tests (not default)."""
+    SESSION_TIMES.unlink(missing_ok=True)
+    shutil.rmtree(JUNIT_DIR, ignore_errors=True)
+    session.run(sys.executable, "-m", "nox", "--noxfile", str(ROOT / "noxfile.py"), external=True)
+    session.run(sys.executable, str(ROOT / "tools" / "test_times.py"), external=True)
 
 
 #: The oldest torch the compat session checks every kit against (beside TORCH, the newest). The

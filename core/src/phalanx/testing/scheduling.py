@@ -1,0 +1,57 @@
+"""Run a test suite on pytest-xdist workers without two multi-process jobs sharing the cores.
+
+Most of a strategy package's tests start processes (two ranks, a torchrun agent, a re-executed
+script): two such tests side by side on a 2-core machine would give each rank half a core, and a
+test with a time bound (a hang report within 60 s, a rank brought down within 30 s) would then
+hold on a fast machine only. In-process tests have no such bound. So under ``pytest -n N
+--dist loadgroup`` this plugin puts every test whose module starts processes in one xdist group
+(``processes``): they run one after another on one worker, while the in-process tests spread over
+the others. Use it as::
+
+    pytest -n 2 --dist loadgroup -p phalanx.testing.scheduling core/tests
+
+A module starts processes when its source calls one of :data:`STARTS_PROCESSES` (subprocess,
+phalanx.testing's ``Job`` and ``run_*`` helpers, torchrun, multiprocessing); a test can also say
+so itself with ``@pytest.mark.processes``. Without xdist the plugin changes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+__all__ = ["GROUP", "STARTS_PROCESSES", "starts_processes"]
+
+#: The xdist group every process-starting test joins.
+GROUP = "processes"
+#: Calls in a test module's source that start processes.
+STARTS_PROCESSES = re.compile(
+    r"\b(subprocess|Popen|Job\(|run_command|run_script|run_python|run_job|run_case|start_fit|measure\(|"
+    r"multiprocessing|mp\.spawn|start_processes|torchrun|pytester\.runpytest_subprocess)"
+)
+_by_path: dict[Path, bool] = {}
+
+
+def starts_processes(path: Path) -> bool:
+    """Whether the module at ``path`` starts processes (its source calls one of STARTS_PROCESSES)."""
+    if path not in _by_path:
+        try:
+            _by_path[path] = bool(STARTS_PROCESSES.search(path.read_text(errors="replace")))
+        except OSError:
+            _by_path[path] = False
+    return _by_path[path]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "processes: the test starts processes (xdist runs these one at a time)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not (getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput")):
+        return  # not under xdist: nothing to share
+    for item in items:
+        if item.get_closest_marker("processes") or starts_processes(Path(str(item.fspath))):
+            item.add_marker(pytest.mark.xdist_group(GROUP))
