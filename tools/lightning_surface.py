@@ -139,8 +139,6 @@ DIFFERENCES: dict[str, str] = {
     "phalanx's labels module forwards with record_module_names=True",
     "lightning.pytorch.profilers.pytorch:ScheduleWrapper": "a helper inside Lightning's PyTorchProfiler; phalanx's "
     "steps torch's schedule directly",
-    "lightning.pytorch.loggers.csv_logs:ExperimentWriter": "phalanx's CSVLogger writes metrics.csv and hparams.yaml "
-    "itself (buffered, widening the header, object stores); there is no separate writer object",
     "lightning.pytorch.utilities.model_summary.model_summary_deepspeed": "phalanx's one ModelSummary counts "
     "ZeRO-3's partitioned parameters (ds_numel) itself; there is no DeepSpeed variant",
     "lightning.pytorch.utilities.model_summary:DeepSpeedSummary": "phalanx's one ModelSummary counts ZeRO-3's "
