@@ -39,7 +39,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--block-size", type=int, default=32, help="characters of context")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data", type=Path, default=DATA, help="a UTF-8 text file")
-    parser.add_argument("--root-dir", default=".", help="where phalanx_logs/ is written")
+    parser.add_argument("--root-dir", default=".", help="where lightning_logs/ is written")
     parser.add_argument(
         "--threads", type=int, default=1, help="torch CPU threads per process (a tiny model runs fastest on one)"
     )

@@ -93,7 +93,7 @@ def test_fit_trains_from_the_config_file_and_saves_the_resolved_config(
     )
     assert result.returncode == 0, result.stderr
 
-    run = project / "run" / "phalanx_logs" / "version_0"
+    run = project / "run" / "lightning_logs" / "version_0"
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["model"] == {"class_path": "models.Tiny", "init_args": {"hidden": 5, "lr": 0.05}}
     assert saved["trainer"]["limit_train_batches"] == 3 and saved["seed_everything"] == 11

@@ -143,7 +143,8 @@ def test_fit_to_a_store_then_resume_last_equals_plain_pytorch(root: str) -> None
     _fit(root, 2)
     stored = _memory().find(_inner(root))
     assert any(path.endswith("version_0/checkpoints/last.ckpt") for path in stored), stored
-    assert any(path.endswith("version_0/metrics.csv") for path in stored), stored  # the CSV log is there too
+    logs = ("version_0/metrics.csv", "version_0/events.out.tfevents")  # the default logger: CSV or TensorBoard
+    assert any(log in path for path in stored for log in logs), stored  # the log is there too
     model, trainer = _fit(root, 4, ckpt_path="last")
     assert trainer.ckpt_path is not None and trainer.ckpt_path.endswith("version_0/checkpoints/last.ckpt")
     assert trainer.ckpt_path.startswith("memory://") and trainer.global_step == 16

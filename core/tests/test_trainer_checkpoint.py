@@ -70,7 +70,7 @@ def test_default_checkpoint_dir_and_weights_only(tmp_path: Path) -> None:
     trainer.fit(Net(), loader(n=8))
     assert trainer.checkpoint_callback is not None
     path = Path(trainer.checkpoint_callback.best_model_path)
-    assert path.parent == tmp_path / "phalanx_logs" / "version_0" / "checkpoints"
+    assert path.parent == tmp_path / "lightning_logs" / "version_0" / "checkpoints"
     callback = ModelCheckpoint(tmp_path / "w", save_weights_only=True)
     _fit(tmp_path, callback, epochs=1)
     assert "optimizer_states" not in torch.load(callback.best_model_path, weights_only=True)

@@ -10,7 +10,9 @@ import pytest
 import torch
 from trainer_helpers import Net, loader
 
+from phalanx.callbacks import Callback
 from phalanx.callbacks.progress import TQDMProgressBar
+from phalanx.errors import MisconfigurationError
 from phalanx.loggers import CSVLogger
 from phalanx.trainer.trainer import Trainer
 
@@ -40,6 +42,7 @@ def test_aggregation_and_callback_metrics(tmp_path: Path) -> None:
         default_root_dir=tmp_path,
         enable_progress_bar=False,
         enable_checkpointing=False,
+        logger=CSVLogger(tmp_path),
     )
     trainer.fit(Logging(), loader(n=24, batch_size=4), loader(n=6, batch_size=4))
     metrics = trainer.callback_metrics
@@ -53,7 +56,7 @@ def test_aggregation_and_callback_metrics(tmp_path: Path) -> None:
 
     assert isinstance(trainer.logger, CSVLogger)
     path = Path(trainer.logger.log_dir) / "metrics.csv"
-    assert path == tmp_path / "phalanx_logs" / "version_0" / "metrics.csv"
+    assert path == tmp_path / "lightning_logs" / "version_0" / "metrics.csv"
     rows = _rows(path)
     assert list(rows[0])[:2] == ["epoch", "step"]
     step_rows = [r for r in rows if r["idx_step"]]
@@ -71,6 +74,41 @@ def test_second_run_gets_next_version(tmp_path: Path) -> None:
         trainer = Trainer(max_steps=1, default_root_dir=tmp_path, enable_progress_bar=False, enable_checkpointing=False)
         trainer.fit(Net(), loader())
         assert Path(trainer.log_dir).name == expected
+
+
+def test_default_logger_is_tensorboard_when_installed_else_csv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from phalanx.loggers import TensorBoardLogger
+
+    trainer = Trainer(default_root_dir=tmp_path)
+    installed = importlib.util.find_spec("tensorboard") is not None
+    assert isinstance(trainer.logger, TensorBoardLogger if installed else CSVLogger)
+    assert trainer.log_dir == str(tmp_path / "lightning_logs" / "version_0")
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real_find_spec(name, *a)
+    )
+    assert isinstance(Trainer(default_root_dir=tmp_path).logger, CSVLogger)
+
+
+def test_a_duck_typed_logger_is_accepted_and_called_after_setup(tmp_path: Path) -> None:
+    from unittest.mock import Mock
+
+    class NothingYet(Callback):
+        def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+            assert not trainer.logger.method_calls  # the loggers' first call comes after the setup hooks
+
+    logger = Mock(save_dir=str(tmp_path), version="0")
+    logger.name = "duck"
+    trainer = Trainer(max_steps=2, default_root_dir=tmp_path, logger=logger, log_every_n_steps=1,
+                      callbacks=[NothingYet()], enable_progress_bar=False, enable_checkpointing=False)  # fmt: skip
+    assert trainer.log_dir == str(tmp_path)  # no log_dir path: its save_dir, as in Lightning
+    trainer.fit(Net(), loader())
+    assert logger.log_metrics.call_count == 2 and logger.finalize.call_args.args == ("success",)
+    with pytest.raises(MisconfigurationError, match="logger=5"):
+        Trainer(logger=5)
 
 
 def test_csv_logger_widens_header(tmp_path: Path) -> None:

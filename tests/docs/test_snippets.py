@@ -2,7 +2,7 @@
 
 A script, not ``exec`` in this process: ``ddp`` re-runs the script once per extra rank, and a
 snippet that registers names must not leak them into other tests. Each runs in its own temporary
-directory (so ``phalanx_logs/`` and checkpoints land there) with a timeout, in its own process
+directory (so ``lightning_logs/`` and checkpoints land there) with a timeout, in its own process
 group, which is killed if anything is left. How a snippet is marked: see ``snippets.py``.
 ``pytest tests/docs -m "not docs_long"`` runs the quick ones only.
 """

@@ -62,7 +62,7 @@ def test_kill_during_an_upload_leaves_the_previous_checkpoint_as_last(
     assert killed_during, f"the run ended (exit {proc.returncode}) before an upload was seen:\n{output[-3000:]!r}"
 
     fs = s3fs.S3FileSystem(skip_instance_cache=True)
-    checkpoints = f"{root}/phalanx_logs/version_0/checkpoints"
+    checkpoints = f"{root}/lightning_logs/version_0/checkpoints"
     names = sorted(path.rpartition("/")[2] for path in fs.ls(checkpoints.removeprefix("s3://")))
     assert names == ["epoch=0-step=8.ckpt", "last.ckpt"], names  # nothing of the killed save is visible
     trainer = Trainer(accelerator="cpu", default_root_dir=root, logger=False, enable_progress_bar=False)

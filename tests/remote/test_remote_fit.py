@@ -88,19 +88,20 @@ def test_fit_then_resume_last_from_the_bucket(
     fs = s3fs.S3FileSystem(skip_instance_cache=True)
     stored = [path.removeprefix(f"{bucket}/run/") for path in fs.find(f"{bucket}/run")]
     for version in (0, 1):  # the first fit's and the resumed fit's logs and checkpoints
-        assert f"phalanx_logs/version_{version}/metrics.csv" in stored, stored
-        assert any(p.startswith(f"phalanx_logs/version_{version}/checkpoints/last.ckpt") for p in stored), stored
+        folder = f"lightning_logs/version_{version}"  # the default logger's: CSV or TensorBoard
+        assert any(p.startswith((f"{folder}/metrics.csv", f"{folder}/events.out.tfevents")) for p in stored), stored
+        assert any(p.startswith(f"lightning_logs/version_{version}/checkpoints/last.ckpt") for p in stored), stored
     assert not any(".partial" in p for p in stored), stored  # no staging left behind
     assert not Path("s3:").exists() and not (tmp_path / "s3:").exists()  # nothing went to a local folder
 
     resumed = result(out)
-    assert resumed["ckpt_path"] == f"{root}/phalanx_logs/version_0/checkpoints/last.ckpt"
+    assert resumed["ckpt_path"] == f"{root}/lightning_logs/version_0/checkpoints/last.ckpt"
     assert resumed["global_step"] == 4 * len(dataset()) // (BATCH * devices)
     expected = plain_reference(4, devices)
     if strategy == "fsdp":  # sharded parameters: read the final sharded checkpoint from the bucket
         from phalanx.checkpoint_io.dcp import load_full_model_state
 
-        final, _ = load_full_model_state(f"{root}/phalanx_logs/version_1/checkpoints/last.ckpt")
+        final, _ = load_full_model_state(f"{root}/lightning_logs/version_1/checkpoints/last.ckpt")
         resumed["weights"] = final
     assert resumed["weights"].keys() == expected.keys()
     for key, want in expected.items():

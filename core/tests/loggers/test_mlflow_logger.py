@@ -84,7 +84,7 @@ def test_an_existing_run_is_continued_and_names_are_cleaned(file_store: str) -> 
     assert _history(client, first.run_id, "loss") == [(0, 0.5)]
     assert _history(client, first.run_id, "ab") == [(0, 2.0)]
     assert client.get_run(first.run_id).info.status == "FAILED"
-    assert client.get_experiment(first.experiment_id).name == "phalanx_logs"
+    assert client.get_experiment(first.experiment_id).name == "lightning_logs"
     with pytest.raises(MisconfigurationError, match="log_model='best'"):
         MLFlowLogger(save_dir=file_store, log_model="best")  # type: ignore[arg-type]
 

@@ -59,7 +59,7 @@ def test_fit_writes_scalars_hparams_graph_and_a_second_logger(tmp_path: Path) ->
     train = DataLoader(data(16), batch_size=4)
     trainer.fit(model, train, DataLoader(data(4, seed=1), batch_size=4))
 
-    log_dir = tmp_path / "phalanx_logs" / "version_0"
+    log_dir = tmp_path / "lightning_logs" / "version_0"
     assert trainer.log_dir == tensorboard.log_dir == str(log_dir)  # the first logger decides
     events = _read(str(log_dir))
     # every step's loss, at the step the Module saw, equal to what it computed and to plain SGD
@@ -135,9 +135,9 @@ def test_two_ranks_only_rank_zero_writes_the_synced_values(tmp_path: Path) -> No
     assert job.leftovers() == [], job.output()
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert ranks[1]["experiment"] == "DummyExperiment" and ranks[0]["experiment"] == "SummaryWriter"
-    versions = sorted(p.name for p in (tmp_path / "phalanx_logs").iterdir())
+    versions = sorted(p.name for p in (tmp_path / "lightning_logs").iterdir())
     assert versions == ["version_0"]  # rank 1 created no folder of its own
-    log_dir = tmp_path / "phalanx_logs" / "version_0"
+    log_dir = tmp_path / "lightning_logs" / "version_0"
     assert len(list(log_dir.glob("events.out.tfevents.*"))) == 1
     written = _scalars(_read(str(log_dir)), "train_loss")
     (steps0, losses0), (steps1, losses1) = (zip(*rank["train"]) for rank in ranks)

@@ -1,27 +1,32 @@
 """CSVLogger: metrics in a plain ``metrics.csv``, readable with any tool and no dependency.
 
 Files go to ``<save_dir>/<name>/version_<N>/metrics.csv``; ``N`` is the next free number so runs
-never overwrite each other. Rows are buffered and flushed every ``flush_logs_every_n_steps`` so
-logging costs no file I/O on most steps. When a metric appears that the header lacks, the file is
-rewritten with the widened header, so every row stays aligned with its columns. ``save_dir`` may be
-an fsspec URL (``s3://bucket/run``): object stores cannot append, so there every flush rewrites the
-whole file in one upload.
+never overwrite each other (a ``version`` you name yourself is reused: its old ``metrics.csv`` is
+replaced, with a warning, as in Lightning). The writing is done by an :class:`ExperimentWriter`
+(``logger.experiment``), Lightning's name for it: rows are buffered and flushed every
+``flush_logs_every_n_steps`` so logging costs no file I/O on most steps. When a metric appears that
+the header lacks, the file is rewritten with the widened header, so every row stays aligned with its
+columns. ``save_dir`` may be an fsspec URL (``memory://``, ``s3://bucket/run``): object stores cannot
+append, so there every flush rewrites the whole file in one upload.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import os
 import re
+import warnings
+from argparse import Namespace
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from phalanx.errors import MisconfigurationError, PhalanxError
-from phalanx.loggers.logger import Logger
+from phalanx.loggers.logger import Logger, rank_zero_experiment
 from phalanx.utilities.paths import check_path, filesystem, is_remote, join, remote_error
+from phalanx.utilities.rank_zero import rank_zero_only
 
-__all__ = ["CSVLogger", "write_hparams_yaml"]
+__all__ = ["CSVLogger", "ExperimentWriter", "write_hparams_yaml"]
 
 _VERSION_DIR = re.compile(r"^version_(\d+)$")
 
@@ -46,12 +51,102 @@ def write_hparams_yaml(path: str, hparams: Mapping[str, Any]) -> None:
         yaml.safe_dump(_plain(dict(hparams)), handle, sort_keys=False)
 
 
+def _scalar(value: Any) -> Any:
+    """A one-element tensor (or numpy scalar) as its Python number; anything else unchanged."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) else value
+
+
+def _column_order(key: str) -> tuple[bool, bool, str]:
+    """``epoch`` and ``step`` first, then the metrics by name: the columns a reader looks for first."""
+    return (key != "epoch", key != "step", key)
+
+
+class ExperimentWriter:
+    """Writes one run's ``metrics.csv`` and ``hparams.yaml`` into ``log_dir`` (``CSVLogger.experiment``).
+
+    Creating it creates ``log_dir``. When ``log_dir`` already holds files (a ``version`` named
+    again), it warns and removes the old ``metrics.csv``, so the new run's rows are not mixed into an
+    old run's file.
+
+    Args:
+        log_dir: The run's folder; a local path or an fsspec URL.
+    """
+
+    NAME_METRICS_FILE = "metrics.csv"
+    NAME_HPARAMS_FILE = "hparams.yaml"
+
+    def __init__(self, log_dir: str) -> None:
+        self.log_dir = log_dir
+        self.metrics: list[dict[str, Any]] = []
+        self.metrics_keys: list[str] = []
+        self.hparams: dict[str, Any] = {}
+        self.metrics_file_path = join(log_dir, self.NAME_METRICS_FILE)
+        self._remote = is_remote(log_dir)
+        self._fs, self._inner = filesystem(log_dir)
+        self._metrics_inner = filesystem(self.metrics_file_path)[1]
+        if self._remote:
+            self._fs.invalidate_cache()
+        if self._fs.exists(self._inner) and self._fs.ls(self._inner):
+            warnings.warn(
+                f"Experiment logs directory {log_dir} exists and is not empty; its metrics.csv is"
+                " replaced by this run's. Pass another `version` (or none, for the next free one) to keep it.",
+                UserWarning,
+                stacklevel=2,
+            )
+            if self._fs.isfile(self._metrics_inner):
+                self._fs.rm_file(self._metrics_inner)
+        self._fs.makedirs(self._inner, exist_ok=True)
+
+    def log_hparams(self, params: Mapping[str, Any]) -> None:
+        """Add ``params`` to the run's hyperparameters and write ``hparams.yaml`` now."""
+        self.hparams.update(params)
+        write_hparams_yaml(join(self.log_dir, self.NAME_HPARAMS_FILE), self.hparams)
+
+    def log_metrics(self, metrics_dict: Mapping[str, Any], step: int | None = None) -> None:
+        """Buffer one row; ``step`` defaults to the number of rows buffered so far."""
+        if step is None:
+            step = len(self.metrics)
+        row = {key: _scalar(value) for key, value in metrics_dict.items()}
+        row["step"] = step
+        self.metrics.append(row)
+
+    def save(self) -> None:
+        """Write the buffered rows: appended, or the whole file rewritten when the header widened.
+
+        A store (URL) cannot append, so there the file is always rewritten in one upload.
+        """
+        if not self.metrics:
+            return
+        new_keys = [key for row in self.metrics for key in row if key not in self.metrics_keys]
+        self.metrics_keys.extend(dict.fromkeys(new_keys))
+        self.metrics_keys.sort(key=_column_order)
+        exists = self._fs.isfile(self._metrics_inner)
+        if exists and (new_keys or self._remote):
+            with self._fs.open(self._metrics_inner, "r", newline="") as handle:
+                rows: list[dict[str, Any]] = list(csv.DictReader(handle))
+            rows.extend(self.metrics)
+            self._write(rows, mode="w")
+        else:
+            self._write(self.metrics, mode="a" if exists else "w")
+        self.metrics = []
+
+    def _write(self, rows: list[dict[str, Any]], *, mode: str) -> None:
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=self.metrics_keys, restval="")
+        if mode == "w":
+            writer.writeheader()
+        writer.writerows(rows)
+        with self._fs.open(self._metrics_inner, mode, newline="") as handle:
+            handle.write(text.getvalue())
+
+
 class CSVLogger(Logger):
-    """Log metrics to CSV.
+    """Log metrics to CSV and hyperparameters to YAML.
 
     Args:
         save_dir: Root directory (the Trainer passes ``default_root_dir``).
-        name: Subdirectory for this experiment; default ``"phalanx_logs"``. ``""`` or None puts
+        name: Subdirectory for this experiment; default ``"lightning_logs"``. ``""`` or None puts
             the versions directly in ``save_dir``.
         version: Fixed version (int or str); None picks the next free ``version_N``.
         prefix: Put ``<prefix>-`` in front of every metric name.
@@ -66,8 +161,7 @@ class CSVLogger(Logger):
     def __init__(
         self,
         save_dir: str | os.PathLike[str],
-        *,
-        name: str | None = "phalanx_logs",
+        name: str | None = "lightning_logs",
         version: int | str | None = None,
         prefix: str = "",
         flush_logs_every_n_steps: int = 100,
@@ -87,11 +181,8 @@ class CSVLogger(Logger):
         self._version = version
         self._prefix = prefix
         self._flush_every = flush_logs_every_n_steps
-        self._rows: list[dict[str, Any]] = []
-        self._written_rows: list[dict[str, Any]] = []
-        self._columns: list[str] = []
         self._calls = 0
-        self.hparams: dict[str, Any] = {}
+        self._experiment: ExperimentWriter | None = None
 
     @property
     def name(self) -> str:
@@ -125,89 +216,72 @@ class CSVLogger(Logger):
     @property
     def metrics_file_path(self) -> str:
         """Path of ``metrics.csv``."""
-        return join(self.log_dir, "metrics.csv")
+        return join(self.log_dir, ExperimentWriter.NAME_METRICS_FILE)
+
+    @property
+    def hparams(self) -> dict[str, Any]:
+        """The hyperparameters logged so far."""
+        return self._experiment.hparams if self._experiment is not None else {}
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> ExperimentWriter:
+        """The :class:`ExperimentWriter` of this run, created (with its folder) on first use."""
+        if self._experiment is None:
+            self._experiment = self._guarded(lambda: ExperimentWriter(self.log_dir), "create the CSV log folder")
+        return self._experiment
 
     def _next_version(self) -> int:
+        fs, root_path = filesystem(self.root_dir)
         if is_remote(self._save_dir):
-            fs, root_path = filesystem(self.root_dir)
             fs.invalidate_cache()
-            try:
-                entries = fs.ls(root_path, detail=True)
-            except FileNotFoundError:
-                return 0
-            names = [e["name"].rstrip("/").rpartition("/")[2] for e in entries if e.get("type") == "directory"]
-        else:
-            root = Path(self._save_dir) / self._name
-            if not root.is_dir():
-                return 0
-            names = [p.name for p in root.iterdir() if p.is_dir()]
+        try:
+            entries = fs.ls(root_path, detail=True)
+        except FileNotFoundError:
+            return 0
+        names = [e["name"].rstrip("/").rpartition("/")[2] for e in entries if e.get("type") == "directory"]
         found = [int(m.group(1)) for name in names if (m := _VERSION_DIR.match(name))]
         return max(found) + 1 if found else 0
 
-    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
-        """Keep hyperparameters; written to ``hparams.yaml`` in :attr:`log_dir` on save."""
-        self.hparams.update(params)
+    def _guarded(self, action: Any, what: str) -> Any:
+        """Run ``action``; a store's own error (endpoint, credentials) becomes one error naming the URL."""
+        if not is_remote(self._save_dir):
+            return action()
+        try:
+            return action()
+        except Exception as error:  # the store's own errors vary by backend
+            raise PhalanxError(remote_error(self.log_dir, error, action=what, untouched=False)) from error
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+    @rank_zero_only
+    def log_hyperparams(  # type: ignore[override]
+        self, params: Mapping[str, Any] | Namespace | None = None, *args: Any, **kwargs: Any
+    ) -> None:
+        """Record hyperparameters; ``hparams.yaml`` in :attr:`log_dir` is written at once."""
+        values = vars(params) if isinstance(params, Namespace) else dict(params or {})
+        self._guarded(lambda: self.experiment.log_hparams(values), "write hparams.yaml")
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:  # type: ignore[override]
         """Buffer one row; flush every ``flush_logs_every_n_steps`` calls."""
-        row: dict[str, Any] = {"step": step}
-        row.update(
-            metrics
-            if not self._prefix
-            else {f"{self._prefix}{self.LOGGER_JOIN_CHAR}{k}": v for k, v in metrics.items()}
-        )
-        self._rows.append(row)
+        if self._prefix:
+            metrics = {f"{self._prefix}{self.LOGGER_JOIN_CHAR}{k}": v for k, v in metrics.items()}
+        self.experiment.log_metrics(metrics, step)
         self._calls += 1
         if self._calls % self._flush_every == 0:
             self.save()
 
+    @rank_zero_only
     def save(self) -> None:
-        """Append buffered rows, rewriting the file when new columns appeared.
-
-        Also creates the run directory, which reserves this version for the run.
+        """Write the buffered rows (and create the run folder, which reserves this version).
 
         Raises:
             PhalanxError: A store (``save_dir`` is a URL) could not be written; the message names
                 the URL and the store's own error.
         """
-        if not is_remote(self._save_dir):
-            self._save()
-            return
-        try:
-            self._save()
-        except Exception as error:  # the store's own errors (endpoint, credentials) vary by backend
-            raise PhalanxError(
-                remote_error(self.log_dir, error, action="write the CSV log", untouched=False)
-            ) from error
+        self._guarded(lambda: self.experiment.save(), "write the CSV log")
 
-    def _save(self) -> None:
-        """Append buffered rows, rewriting the file when new columns appeared."""
-        remote = is_remote(self._save_dir)
-        if remote:
-            fs, inner = filesystem(self.log_dir)
-            fs.makedirs(inner, exist_ok=True)
-        else:
-            os.makedirs(self.log_dir, exist_ok=True)
-        if self.hparams:
-            write_hparams_yaml(join(self.log_dir, "hparams.yaml"), self.hparams)
-        if not self._rows:
-            return
-        new_keys = [key for row in self._rows for key in row if key not in self._columns]
-        rewrite = bool(new_keys) or not self._written_rows or remote
-        for key in dict.fromkeys(new_keys):
-            self._columns.append(key)
-        self._columns.sort(key=lambda k: (k != "epoch", k != "step", k))
-        rows = self._written_rows + self._rows if rewrite else self._rows
-        import fsspec
-
-        with fsspec.open(self.metrics_file_path, "w" if rewrite else "a", newline="") as handle:
-            dict_writer = csv.DictWriter(handle, fieldnames=self._columns, restval="")
-            if rewrite:
-                dict_writer.writeheader()
-            dict_writer.writerows(rows)
-        self._written_rows.extend(self._rows)
-        self._rows = []
-
+    @rank_zero_only
     def finalize(self, status: str) -> None:
-        """Flush everything at the end of a stage."""
-        self.save()
+        """Flush everything at the end of a stage (nothing to do if this process never logged)."""
+        if self._experiment is not None:
+            self.save()

@@ -52,7 +52,7 @@ class MLFlowLogger(Logger):
     """Log to MLflow.
 
     Args:
-        experiment_name: The MLflow experiment (created when missing); default ``"phalanx_logs"``.
+        experiment_name: The MLflow experiment (created when missing); default ``"lightning_logs"``.
         run_name: The run's display name (the ``mlflow.runName`` tag; overrides one in ``tags``).
         tracking_uri: The tracking store or server; default ``MLFLOW_TRACKING_URI`` or ``file:<save_dir>``.
         tags: Tags of the new run.
@@ -75,7 +75,7 @@ class MLFlowLogger(Logger):
 
     def __init__(
         self,
-        experiment_name: str = "phalanx_logs",
+        experiment_name: str = "lightning_logs",
         run_name: str | None = None,
         tracking_uri: str | None = None,
         *,

@@ -40,7 +40,7 @@ class TensorBoardLogger(Logger):
 
     Args:
         save_dir: Root directory (a local path or an fsspec URL TensorBoard can write to).
-        name: Experiment folder; default ``"phalanx_logs"``. ``""`` or None puts versions directly
+        name: Experiment folder; default ``"lightning_logs"``. ``""`` or None puts versions directly
             in ``save_dir``.
         version: A fixed version: an int gives ``version_<int>``, a string is the folder name itself.
             None picks the next free ``version_N``.
@@ -64,7 +64,7 @@ class TensorBoardLogger(Logger):
         self,
         save_dir: str | os.PathLike[str],
         *,
-        name: str | None = "phalanx_logs",
+        name: str | None = "lightning_logs",
         version: int | str | None = None,
         log_graph: bool = False,
         default_hp_metric: bool = True,

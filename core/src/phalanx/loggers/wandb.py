@@ -45,7 +45,7 @@ class WandbLogger(Logger):
         dir: Same as ``save_dir`` (used when ``save_dir`` is None).
         id: Same as ``version``.
         anonymous: Allow anonymous logging.
-        project: The W&B project; default ``WANDB_PROJECT`` or ``"phalanx_logs"``.
+        project: The W&B project; default ``WANDB_PROJECT`` or ``"lightning_logs"``.
         log_model: Upload ModelCheckpoint files as artifacts: ``"all"`` after every save, True at
             the end of fit (after every save with ``save_top_k=-1``), False never.
         experiment: An existing run to log to instead of starting one.
@@ -104,7 +104,7 @@ class WandbLogger(Logger):
             raise MisconfigurationError(msg)
         self._wandb_init: dict[str, Any] = {
             "name": name,
-            "project": project or os.environ.get("WANDB_PROJECT", "phalanx_logs"),
+            "project": project or os.environ.get("WANDB_PROJECT", "lightning_logs"),
             "dir": None if folder is None else os.fspath(folder),
             "id": version or id,
             "resume": "allow",

@@ -22,7 +22,7 @@ __all__ = ["find_last_checkpoint"]
 
 def _default_dirs(trainer: TrainerView) -> list[str]:
     dirs: list[str] = [cb.dirpath for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath]
-    roots = {join(trainer.default_root_dir, "phalanx_logs")}
+    roots = {join(trainer.default_root_dir, "lightning_logs")}
     for logger in trainer.loggers:
         if logger.save_dir is not None and logger.name is not None:  # MLflow's name is None off rank 0
             roots.add(join(logger.save_dir, str(logger.name)))

@@ -48,28 +48,63 @@ def check_callbacks(value: Any) -> list[Any]:
     return callbacks
 
 
+def _is_logger(item: Any) -> bool:
+    """Whether ``item`` can stand as a logger: a Logger, or any object with its methods (duck typing, as Lightning)."""
+    from phalanx.loggers import Logger
+
+    return isinstance(item, Logger) or (not isinstance(item, (str, bool, int, float)) and hasattr(item, "log_metrics"))
+
+
+def default_logger(root_dir: str) -> Any:
+    """What ``logger=True`` gives, as in Lightning: a TensorBoardLogger under ``<root_dir>/lightning_logs``
+    when tensorboard is installed, else a CSVLogger there.
+
+    Under SLURM the TensorBoard version is the job id, so a requeued job keeps writing to its own folder.
+    """
+    import importlib.util
+
+    from phalanx.loggers import CSVLogger
+
+    if importlib.util.find_spec("tensorboard") is None:
+        return CSVLogger(root_dir)
+    from phalanx.loggers import TensorBoardLogger
+
+    return TensorBoardLogger(root_dir, version=_slurm_job_id())
+
+
+def _slurm_job_id() -> int | None:
+    """The SLURM job id of a batch job (None outside SLURM and in an interactive ``srun --pty bash``)."""
+    import os
+
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    if not job_id.isdigit() or os.environ.get("SLURM_JOB_NAME") in ("bash", "interactive"):
+        return None
+    return int(job_id)
+
+
 def check_loggers(value: Any, root_dir: str) -> list[Any]:
-    """True (a CSVLogger under ``default_root_dir``), False/None, a Logger, a registered logger name, or a list.
+    """True (see :func:`default_logger`), False/None, a logger, a registered logger name, or a list.
 
     A name builds the registered logger with ``save_dir=root_dir``, so ``logger="tensorboard"``
-    writes where ``logger=True`` would.
+    writes where ``logger=True`` would. Like Lightning, any object with a logger's methods is
+    accepted (``phalanx.loggers.Logger`` subclasses, or a stand-in such as a ``Mock``).
     """
-    from phalanx.loggers import CSVLogger, Logger
     from phalanx.registry import LoggerRegistry
 
     if value is True:
-        return [CSVLogger(root_dir)]
+        return [default_logger(root_dir)]
     if value is False or value is None:
         return []
-    items = as_list(value) if isinstance(value, (list, tuple, Logger, str)) else None
+    items = as_list(value) if isinstance(value, (list, tuple, str)) or _is_logger(value) else None
     loggers = None
     if items is not None:
         loggers = [
             _named("logger", value, LoggerRegistry, i, save_dir=root_dir) if isinstance(i, str) else i for i in items
         ]
-    if loggers is None or not all(isinstance(item, Logger) for item in loggers):
+    if loggers is None or not all(_is_logger(item) for item in loggers):
         choices = (
-            f"True, False, a phalanx.loggers.Logger, a registered name ({', '.join(LoggerRegistry.names())}) or a list"
+            "True, False, a phalanx.loggers.Logger (or an object with its methods), "
+            f"a registered name ({', '.join(LoggerRegistry.names())}) or a list"
         )
         raise argument_error("logger", value, choices, "pass logger=True")
     return loggers

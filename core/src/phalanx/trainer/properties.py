@@ -291,10 +291,16 @@ class TrainerProperties(ConfigProperties, DataProperties):
 
     @property
     def log_dir(self) -> str:
-        """The first logger's run directory, else ``default_root_dir``."""
+        """The first logger's run directory, else ``default_root_dir``.
+
+        A logger without a ``log_dir`` path (a duck-typed one) gives its ``save_dir``, as in Lightning.
+        """
         logger = self.logger
-        directory = getattr(logger, "log_dir", None) if logger is not None else None
-        return directory if directory is not None else self.default_root_dir
+        for attribute in ("log_dir", "save_dir"):
+            directory = getattr(logger, attribute, None) if logger is not None else None
+            if isinstance(directory, (str, os.PathLike)):
+                return os.fspath(directory)
+        return self.default_root_dir
 
     @property
     def default_checkpoint_dir(self) -> str:

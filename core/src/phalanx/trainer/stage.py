@@ -192,8 +192,6 @@ def run_stage(run: Run, loaders: dict[str, Any], ckpt_path: str | None, options:
             if trainer.world_size > 1:
                 reset_seed()  # each rank starts from the seed_everything() seed, as Lightning's ranks do
             ckpt_path = strategy.broadcast(ckpt_path)
-            for logger in trainer.loggers if trainer.is_global_zero else []:
-                logger.save()  # creates the run directory so the next run picks the next version
             if run.profiler is not None:
                 local_rank = trainer.local_rank if trainer.world_size > 1 else None  # one process: no rank suffix
                 run.profiler.setup(stage=stage, local_rank=local_rank, log_dir=trainer.log_dir)
@@ -209,6 +207,10 @@ def run_stage(run: Run, loaders: dict[str, Any], ckpt_path: str | None, options:
             strategy.setup(trainer)
             run.optimizers = list(strategy.optimizers)
             run.step_optimizers = [StepOptimizer(optimizer, run) for optimizer in run.optimizers]
+            # The loggers' first call comes after the setup hooks, as in Lightning (a setup hook may
+            # still configure them); it creates the run directory so the next run picks the next version.
+            for logger in trainer.loggers if trainer.is_global_zero else []:
+                logger.save()
             if fn is TrainerFn.FITTING:
                 _check_optimizers(run)
             if ckpt_path is not None:
