@@ -61,6 +61,11 @@ PACKAGES = (
 #: Lightning's names the rename rule maps onto phalanx's.
 RENAMED = {"LightningModule": "Module", "LightningDataModule": "DataModule"}
 
+_RICH_COLUMNS = (
+    "a rich column/task class Lightning's RichProgressBar is assembled from (defined only when rich is installed); "
+    "phalanx's RichProgressBar draws with rich's own columns, styled by RichProgressBarTheme"
+)
+
 #: Lightning's public module paths or names that phalanx does not provide on purpose, with why.
 #: A key is a module path (the module and everything below it) or ``"module:Name"``; the same text
 #: is the table at the end of docs/migrating-from-lightning.md.
@@ -139,6 +144,13 @@ DIFFERENCES: dict[str, str] = {
     "phalanx's labels module forwards with record_module_names=True",
     "lightning.pytorch.profilers.pytorch:ScheduleWrapper": "a helper inside Lightning's PyTorchProfiler; phalanx's "
     "steps torch's schedule directly",
+    "lightning.pytorch.callbacks.progress.rich_progress:BatchesProcessedColumn": _RICH_COLUMNS,
+    "lightning.pytorch.callbacks.progress.rich_progress:CustomBarColumn": _RICH_COLUMNS,
+    "lightning.pytorch.callbacks.progress.rich_progress:CustomInfiniteTask": _RICH_COLUMNS,
+    "lightning.pytorch.callbacks.progress.rich_progress:CustomProgress": _RICH_COLUMNS,
+    "lightning.pytorch.callbacks.progress.rich_progress:CustomTimeColumn": _RICH_COLUMNS,
+    "lightning.pytorch.callbacks.progress.rich_progress:MetricsTextColumn": _RICH_COLUMNS,
+    "lightning.pytorch.callbacks.progress.rich_progress:ProcessingSpeedColumn": _RICH_COLUMNS,
     "lightning.pytorch.utilities.model_summary.model_summary_deepspeed": "phalanx's one ModelSummary counts "
     "ZeRO-3's partitioned parameters (ds_numel) itself; there is no DeepSpeed variant",
     "lightning.pytorch.utilities.model_summary:DeepSpeedSummary": "phalanx's one ModelSummary counts ZeRO-3's "
