@@ -194,3 +194,35 @@ def test_training_step_returning_none_skips_the_batch() -> None:
     trainer = Trainer(max_epochs=1, **quiet())
     trainer.fit(model, loader())
     assert trainer.global_step == 10
+
+
+def test_pl_trainer_environment_variables_give_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PL_TRAINER_LOGGER", "False")
+    monkeypatch.setenv("PL_TRAINER_MAX_STEPS", "7")
+    monkeypatch.setenv("PL_TRAINER_ACCELERATOR", "cpu")  # not a Python literal: taken as a string
+    trainer = Trainer()
+    assert trainer.logger is None and trainer.max_steps == 7 and trainer.accelerator.__class__.__name__ == "CPUAccelerator"
+    assert Trainer(max_steps=42).max_steps == 42  # an argument passed wins
+    monkeypatch.setenv("PL_TRAINER_MAX_STEPS", "-5")
+    with pytest.raises(MisconfigurationError, match="max_steps=-5"):  # checked like the argument itself
+        Trainer()
+
+
+def test_max_epochs_none_is_settled_by_fit() -> None:
+    from phalanx.utilities.warnings import PossibleUserWarning
+
+    trainer = Trainer(max_steps=2, **quiet())
+    assert trainer.max_epochs is None
+    trainer.fit(Net(), loader())
+    assert trainer.max_epochs == -1  # max_steps bounds the run
+
+    class StopAtOnce(Net):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            self.trainer.should_stop = True
+            return super().training_step(batch, batch_idx)
+
+    trainer = Trainer(limit_train_batches=1, **quiet())
+    with pytest.warns(PossibleUserWarning, match="`max_epochs` was not set. Setting it to 1000 epochs"):
+        trainer.fit(StopAtOnce(), loader())
+    assert trainer.max_epochs == 1000 and trainer.current_epoch == 1
+    assert Trainer(fast_dev_run=True).max_epochs == 1

@@ -173,8 +173,8 @@ class TrainerView(Protocol):
         """Optimizer steps taken (an accumulation window counts once)."""
 
     @property
-    def max_epochs(self) -> int:
-        """The epoch limit (-1: none)."""
+    def max_epochs(self) -> int | None:
+        """The epoch limit (-1: none); None before ``fit`` when ``Trainer(max_epochs=None)``."""
 
     @property
     def max_steps(self) -> int:

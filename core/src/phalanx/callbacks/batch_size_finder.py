@@ -126,7 +126,7 @@ class BatchSizeFinder(Callback):
     def scale_batch_size(self, trainer: TrainerView, pl_module: Module) -> int | None:
         """Run the search, restore the weights, leave the attribute at the size found, and return it."""
         if trainer.fast_dev_run:
-            rank_zero_warn("Skipping the batch size finder because fast_dev_run is enabled.")
+            rank_zero_warn("Skipping batch size scaler since `fast_dev_run` is enabled.")
             return None
         if trainer.world_size > 1:
             msg = (

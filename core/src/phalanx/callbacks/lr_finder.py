@@ -280,7 +280,7 @@ class LearningRateFinder(Callback):
             The :class:`_LRFinder` (also in :attr:`optimal_lr`), or None in a ``fast_dev_run``.
         """
         if trainer.fast_dev_run:
-            rank_zero_warn("Skipping the learning rate finder because fast_dev_run is enabled.")
+            rank_zero_warn("Skipping learning rate finder since `fast_dev_run` is enabled.")
             return None
         attr = self._lr_attr(pl_module) if self._update_attr else ""
         optimizers = trainer.optimizers

@@ -9,10 +9,13 @@ accepted and a concrete fix, and returns the normalised value.
 
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from phalanx.errors import MisconfigurationError
 from phalanx.trainer.config import TrainerConfig
@@ -36,12 +39,46 @@ __all__ = [
     "check_max_epochs",
     "check_root_dir",
     "check_val_check_interval",
+    "defaults_from_env",
+    "env_defaults",
 ]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def argument_error(name: str, value: Any, expected: str, fix: str) -> MisconfigurationError:
     shown = f"{value!r} (type {type(value).__name__})"
     return MisconfigurationError(f"Trainer({name}={shown}) is invalid: expected {expected}. Fix: {fix}.")
+
+
+def env_defaults(signature: inspect.Signature, prefix: str = "PL_TRAINER_") -> dict[str, Any]:
+    """The arguments set through the environment: ``PL_TRAINER_MAX_STEPS=7`` gives ``{"max_steps": 7}``.
+
+    Lightning's variable names, so a job script written for Lightning configures phalanx the same
+    way. Values are Python literals (``7``, ``False``, ``"cpu"``, ``[0, 1]``); anything that is not
+    one is taken as a string (``PL_TRAINER_ACCELERATOR=cpu``). Empty variables are ignored.
+    """
+    found: dict[str, Any] = {}
+    for name in signature.parameters:
+        text = os.environ.get(f"{prefix}{name.upper()}")
+        if not text:
+            continue
+        try:
+            found[name] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            found[name] = text
+    return found
+
+
+def defaults_from_env(init: _F) -> _F:
+    """Decorate ``Trainer.__init__``: ``PL_TRAINER_<ARGUMENT>`` variables give defaults, arguments passed win."""
+    signature = inspect.signature(init)
+
+    @functools.wraps(init)
+    def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return init(self, *args, **{**env_defaults(signature), **kwargs})
+
+    return wrapped  # type: ignore[return-value]
 
 
 def _is_int(value: Any) -> bool:
@@ -302,6 +339,7 @@ def build_config(
     overfit = check_overfit(overfit_batches)
     if overfit > 0:
         batch_limits["limit_train_batches"] = batch_limits["limit_val_batches"] = overfit
+    epochs_set = epochs is not None or dev_run > 0
     if epochs is None:
         epochs = 1000 if steps == -1 and duration is None else -1
     interval = check_val_check_interval(val_check_interval)
@@ -313,6 +351,7 @@ def build_config(
     return TrainerConfig(
         num_nodes=int(check_int("num_nodes", num_nodes, minimum=1)),  # type: ignore[arg-type]
         max_epochs=epochs,
+        max_epochs_set=epochs_set,
         max_steps=steps,
         **batch_limits,
         val_check_interval=interval,

@@ -18,6 +18,9 @@ class TrainerConfig:
 
     num_nodes: int = 1
     max_epochs: int = 1000
+    #: False while ``max_epochs`` was left None: ``trainer.max_epochs`` reads None until ``fit``
+    #: settles it (1000, with a warning, or -1 when ``max_steps`` or a Timer bounds the run), as in Lightning.
+    max_epochs_set: bool = True
     max_steps: int = -1
     limit_train_batches: int | float = 1.0
     limit_val_batches: int | float = 1.0

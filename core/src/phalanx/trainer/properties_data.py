@@ -40,7 +40,11 @@ class ConfigProperties:
     config: TrainerConfig
 
     num_nodes = _config_property("num_nodes", "Machines taking part.")
-    max_epochs = _config_property("max_epochs", "The epoch limit (-1: none).")
+    @property
+    def max_epochs(self) -> int | None:
+        """The epoch limit (-1: none); None while ``Trainer(max_epochs=None)`` waits for ``fit`` to settle it."""
+        return self.config.max_epochs if self.config.max_epochs_set else None
+
     max_steps = _config_property("max_steps", "The optimizer-step limit (-1: none).")
     limit_train_batches = _config_property("limit_train_batches", "Training batches per epoch (fraction or count).")
     limit_val_batches = _config_property("limit_val_batches", "Validation batches per run (fraction or count).")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import datetime
 import os
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from typing import Any
 
 from phalanx.callbacks.callback import Callback
 from phalanx.errors import MisconfigurationError
-from phalanx.loggers.logger import Logger
+from phalanx.loggers.logger import DummyLogger, Logger
 from phalanx.trainer import arguments, checkpointing, components, entry_points
 from phalanx.trainer.config import TrainerConfig
 from phalanx.trainer.evaluation_loop import EvaluationLoop
@@ -32,7 +33,8 @@ from phalanx.trainer.stage import run_stage
 from phalanx.trainer.strategy_resolution import resolve_strategy
 from phalanx.trainer_view import RunningStage, TrainerFn, TrainerState, TrainerStatus
 from phalanx.utilities.paths import check_path
-from phalanx.utilities.rank_zero import rank_zero_info
+from phalanx.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from phalanx.utilities.warnings import PossibleUserWarning
 
 __all__ = ["Trainer"]
 
@@ -54,6 +56,7 @@ class Trainer(TrainerProperties):
     Module read is a public property here (the :class:`~phalanx.trainer_view.TrainerView` protocol).
     """
 
+    @arguments.defaults_from_env
     def __init__(
         self,
         *,
@@ -155,13 +158,15 @@ class Trainer(TrainerProperties):
         enable_checkpointing = arguments.check_bool("enable_checkpointing", on if enable_checkpointing is None else enable_checkpointing)
         enable_progress_bar = arguments.check_bool("enable_progress_bar", on if enable_progress_bar is None else enable_progress_bar)
         user_callbacks = components.check_callbacks(callbacks)
+        self._loggers: list[Any] = components.check_loggers(on if logger is None else logger, self.config.default_root_dir)
         if self.config.fast_dev_run:
-            logger = False  # a fast_dev_run writes nothing: no logs, and ModelCheckpoint skips saving
+            # A fast_dev_run writes nothing: a DummyLogger stands in for the loggers (as in Lightning,
+            # so code calling trainer.logger still runs), and ModelCheckpoint skips saving.
+            self._loggers = [DummyLogger()] if self._loggers else []
             rank_zero_info(
                 f"Running in fast_dev_run mode: each loop runs {self.config.fast_dev_run} batch(es); "
                 "logging and checkpointing are off."
             )
-        self._loggers: list[Any] = components.check_loggers(on if logger is None else logger, self.config.default_root_dir)
         resolved = resolve_strategy(
             accelerator=accelerator,
             strategy=strategy,
@@ -250,7 +255,23 @@ class Trainer(TrainerProperties):
         train_dataloaders, datamodule = entry_points.split_datamodule(train_dataloaders, datamodule)
         path = entry_points.check_fit(self, model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
         loaders = {"train": train_dataloaders, "val": val_dataloaders, "datamodule": datamodule}
+        self._settle_max_epochs()
         self._launch(TrainerFn.FITTING, model, loaders, path, {})
+
+    def _settle_max_epochs(self) -> None:
+        """``max_epochs=None`` becomes 1000 (with a warning) unless ``max_steps`` or a Timer bounds the run, then -1."""
+        if self.config.max_epochs_set:
+            return
+        from phalanx.callbacks.timer import Timer
+
+        epochs = -1
+        if self.config.max_steps == -1 and not any(isinstance(cb, Timer) for cb in self._callbacks):
+            rank_zero_warn(
+                "`max_epochs` was not set. Setting it to 1000 epochs. To train without an epoch limit, set `max_epochs=-1`.",
+                category=PossibleUserWarning,
+            )
+            epochs = 1000
+        self.config = dataclasses.replace(self.config, max_epochs=epochs, max_epochs_set=True)
 
     def validate(
         self,
