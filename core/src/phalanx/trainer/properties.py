@@ -118,8 +118,9 @@ class TrainerProperties(ConfigProperties, DataProperties):
         return self._loggers
 
     @loggers.setter
-    def loggers(self, loggers: list[Any]) -> None:
-        self._loggers = list(loggers)
+    def loggers(self, loggers: list[Any] | None) -> None:
+        """Replace the loggers (None: none), as Lightning's setter does."""
+        self._loggers = list(loggers or [])
 
     # ------------------------------------------------------------------ the stage in progress
     @property
@@ -288,6 +289,11 @@ class TrainerProperties(ConfigProperties, DataProperties):
     def logger(self) -> Any:
         """The first logger, or None."""
         return self.loggers[0] if self.loggers else None
+
+    @logger.setter
+    def logger(self, logger: Any) -> None:
+        """Make ``logger`` the only logger (None: no logger)."""
+        self._loggers = [] if logger is None else [logger]
 
     @property
     def log_dir(self) -> str:
