@@ -93,8 +93,8 @@ DIFFERENCES: dict[str, str] = {
     "lightning.pytorch.utilities.imports": "availability flags are private (no public names)",
     "lightning.pytorch.utilities.testing": "Lightning's own test-suite helper (private _runif_reasons); phalanx's "
     "testing kit is phalanx.testing",
-    "lightning.pytorch.utilities.argparse": "private helpers (no public names): phalanx's Trainer does not take "
-    "defaults from PL_TRAINER_* environment variables",
+    "lightning.pytorch.utilities.argparse": "private helpers (no public names); the Trainer's PL_TRAINER_* "
+    "environment defaults are phalanx.trainer.arguments.env_defaults",
     "lightning.pytorch.loggers.utilities": "private helpers (no public names)",
     # Hosted services and sunset integrations.
     "lightning.pytorch.loggers.comet": "CometLogger logs to a hosted service; not implemented",
