@@ -15,7 +15,9 @@ the same batch (``reduce_boolean_decision(all=False)``), so no rank waits foreve
 from __future__ import annotations
 
 import json
+import math
 import os
+import sys
 from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -38,6 +40,34 @@ class TrainingSpikeException(RuntimeError):
     def __init__(self, batch_idx: int, *args: Any) -> None:
         super().__init__(f"Training spike detected in batch {batch_idx}", *args)
         self.batch_idx = batch_idx
+
+
+_LIGHTNING_SPIKE_MODULE = "lightning.fabric.utilities.spike"
+_interop_classes: dict[type, type] = {}
+
+
+def _spike_exception(batch_idx: int) -> TrainingSpikeException:
+    """The exception to raise: phalanx's, and Lightning's too when Lightning's class is loaded.
+
+    Lightning's public home for its spike exception is ``lightning.fabric.utilities.spike``, a
+    path the rename rule does not cover, so Lightning code keeps catching that class after the
+    rename. When that module is already imported (it is never imported from here), the raised
+    exception also derives from Lightning's class, so such an ``except`` still catches it.
+    """
+    foreign = getattr(sys.modules.get(_LIGHTNING_SPIKE_MODULE), "TrainingSpikeException", None)
+    if not isinstance(foreign, type) or not issubclass(foreign, BaseException):
+        return TrainingSpikeException(batch_idx)
+    cls = _interop_classes.get(foreign)
+    if cls is None:
+
+        def __init__(self: TrainingSpikeException, batch_idx: int, *args: Any) -> None:
+            RuntimeError.__init__(self, f"Training spike detected in batch {batch_idx}", *args)
+            self.batch_idx = batch_idx
+
+        cls = type("TrainingSpikeException", (TrainingSpikeException, foreign), {"__init__": __init__})
+        cls.__module__ = __name__
+        _interop_classes[foreign] = cls
+    return cls(batch_idx)
 
 
 class SpikeDetection(Callback):
@@ -125,8 +155,11 @@ class SpikeDetection(Callback):
             self.last_val = value
 
     def _is_spike(self, value: float) -> bool:
-        if not torch.isfinite(torch.tensor(value)):
-            return self.finite_only
+        if self.finite_only and not math.isfinite(value):
+            return True
+        # Without finite_only the usual comparison decides, as in Lightning: +inf (min mode) is
+        # far above the mean, so a spike; NaN compares false everywhere and -inf is an
+        # improvement, so neither is one.
         diff = value - self.last_val
         if (diff <= 0) if self.mode == "min" else (diff >= 0):
             return False  # an improvement is never a spike
@@ -142,7 +175,7 @@ class SpikeDetection(Callback):
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             with open(path, "w", encoding="utf-8") as handle:
                 json.dump(self.bad_batches, handle, indent=4)
-        raise TrainingSpikeException(batch_idx=batch_idx)
+        raise _spike_exception(batch_idx)
 
     def state_dict(self) -> dict[str, Any]:
         """The running mean's window and the batches found bad so far."""
