@@ -66,4 +66,4 @@ def test_tqdm_bar_shows_the_logger_version_like_lightning(tmp_path: Path, capsys
     trainer = Trainer(accelerator="cpu", default_root_dir=tmp_path, max_steps=2, logger=CSVLogger(tmp_path),
                       enable_checkpointing=False, enable_model_summary=False)  # fmt: skip
     trainer.fit(Net(), loader(n=8))
-    assert "v_num=0" in capsys.readouterr().err
+    assert "v_num=0" in capsys.readouterr().out  # tqdm draws on stdout, as in Lightning

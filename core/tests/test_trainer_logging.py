@@ -123,20 +123,21 @@ def test_csv_logger_widens_header(tmp_path: Path) -> None:
 def test_progress_bar_draws_on_rank_zero_only(capsys: pytest.CaptureFixture[str]) -> None:
     bar = TQDMProgressBar()
     Trainer(max_epochs=1, callbacks=[bar], logger=False, enable_checkpointing=False).fit(Logging(), loader(n=8))
-    assert "Epoch 0" in capsys.readouterr().err
+    assert "Epoch 0" in capsys.readouterr().out  # tqdm draws on stdout, as in Lightning
 
     class NotRankZero(TQDMProgressBar):
         def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+            super().setup(trainer, pl_module, stage)
             self.disable()  # what setup does when trainer.is_global_zero is False
 
     Trainer(max_epochs=1, callbacks=[NotRankZero()], logger=False, enable_checkpointing=False).fit(
         Logging(), loader(n=8)
     )
-    assert "Epoch 0" not in capsys.readouterr().err
+    assert "Epoch 0" not in capsys.readouterr().out
     Trainer(max_epochs=1, enable_progress_bar=False, logger=False, enable_checkpointing=False).fit(
         Logging(), loader(n=8)
     )
-    assert capsys.readouterr().err == ""
+    assert "Epoch" not in capsys.readouterr().out
 
 
 def test_epoch_end_hooks_read_this_epochs_aggregates_from_callback_metrics() -> None:

@@ -145,7 +145,14 @@ def add_default_callbacks(
     from phalanx.callbacks.timer import Timer
 
     has_ckpt = any(isinstance(cb, ModelCheckpoint) for cb in callbacks)
-    has_bar = any(isinstance(cb, ProgressBar) for cb in callbacks)
+    bars = [cb for cb in callbacks if isinstance(cb, ProgressBar)]
+    if len(bars) > 1:
+        msg = (
+            f"You added multiple progress bar callbacks to the Trainer ({[type(cb).__name__ for cb in bars]}); "
+            "the Trainer draws one: keep only one of them in callbacks."
+        )
+        raise MisconfigurationError(msg)
+    has_bar = bool(bars)
     if has_ckpt and not checkpointing_on:
         msg = "Trainer(enable_checkpointing=False) conflicts with the ModelCheckpoint in callbacks; drop one of them."
         raise MisconfigurationError(msg)

@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 __all__ = ["MetricStore"]
 
 _REDUCTIONS = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
-_TORCH_REDUCTIONS = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
+# Python's max/min/sum name the same reductions (Lightning accepts reduce_fx=max too).
+_TORCH_REDUCTIONS = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min", max: "max", min: "min",
+                     sum: "sum"}  # fmt: skip
 
 
 @dataclass
@@ -253,9 +255,12 @@ class MetricStore:
         for metric in self.stores[stage].values():
             if metric.on_epoch and metric.total is not None:
                 value = self._compute(metric)
-                self.callback_metrics[_forked(metric.key, "epoch") if metric.on_step else metric.key] = value
+                key = _forked(metric.key, "epoch") if metric.on_step else metric.key
+                self.callback_metrics[key] = value
                 if metric.on_step:
                     self.callback_metrics[metric.key] = value
+                if metric.prog_bar:  # the bar's on_train_epoch_end shows the epoch's values, as Lightning's
+                    self.progress_bar[key] = value
 
     def epoch_end(self, stage: str, *, write: bool = True) -> dict[str, torch.Tensor]:
         """Aggregate ``stage``'s epoch metrics and publish them; write them to the loggers now or,

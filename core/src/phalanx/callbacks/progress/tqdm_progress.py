@@ -1,21 +1,29 @@
-"""A tqdm progress bar for the Trainer, drawn by global rank 0 only.
+"""TQDMProgressBar: Lightning's default bar, drawn with tqdm by global rank 0 only.
 
 Every rank runs the same loop, so without the rank check a 4-process DDP job would draw four
-interleaved bars. Updates are cheap (tqdm throttles redraws), and metrics are converted to Python
-numbers only when the bar shows them, so the bar adds no per-step device synchronisation beyond
-what displaying the numbers requires.
+interleaved bars. The bars and their life cycle are Lightning's (a training bar that stays, and a
+sanity-check, validation, test or predict bar per run, reset for each dataloader), and so are the
+``init_*_tqdm`` methods a subclass overrides to restyle one bar. Metrics are converted to Python
+numbers only when the bar shows them, so drawing adds no per-step device synchronisation beyond
+what displaying the numbers needs.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from tqdm.auto import tqdm
-
 from phalanx.callbacks.progress_bar import ProgressBar
 from phalanx.errors import MisconfigurationError
+
+# tqdm.auto draws notebook widgets, which need ipywidgets; without it, the plain terminal bar.
+if importlib.util.find_spec("ipywidgets") is not None:
+    from tqdm.auto import tqdm
+else:
+    from tqdm import tqdm
 
 if TYPE_CHECKING:
     from phalanx.module import Module
@@ -27,15 +35,24 @@ __all__ = ["TQDMProgressBar", "Tqdm", "convert_inf"]
 _PAD_SIZE = 5
 
 
-def _total(value: float) -> int | None:
-    return None if value is None or math.isinf(value) else int(value)
-
-
 def convert_inf(x: int | float | None) -> int | float | None:
     """``x``, or None for an infinite or NaN total (tqdm then shows no total: an iterable dataset)."""
     if x is None or math.isinf(x) or math.isnan(x):
         return None
     return x
+
+
+def _bar_total(x: int | float | None) -> int | float | None:
+    """A total for tqdm: None when unknown or infinite, an int when whole (``2``, not ``2.0``)."""
+    x = convert_inf(x)
+    return int(x) if isinstance(x, float) and x.is_integer() else x
+
+
+def _update_n(bar: Any, value: int) -> None:
+    """Move ``bar`` to ``value`` (absolute, so a skipped refresh never loses count)."""
+    if not bar.disable:
+        bar.n = value
+        bar.refresh()
 
 
 class Tqdm(tqdm):  # type: ignore[misc]
@@ -64,135 +81,295 @@ class Tqdm(tqdm):  # type: ignore[misc]
 class TQDMProgressBar(ProgressBar):
     """Shows training, validation, test and predict progress with the progress-bar metrics.
 
+    Up to four bars: the sanity check, training (stays on screen; paused while validation runs
+    inside fit), validation (temporary inside fit), test and predict. Override ``init_train_tqdm``
+    & co. to change one bar's look.
+
     Args:
-        refresh_rate: Update the bar every ``refresh_rate`` batches; ``0`` disables the bar.
-        leave: Keep the training bar on screen after fit ends.
+        refresh_rate: Redraw every ``refresh_rate`` batches; ``0`` disables the bar. The
+            ``TQDM_MINITERS`` environment variable raises it (the larger value wins); on Colab
+            (``COLAB_GPU`` set) a rate of 1 becomes 20, as a faster one stalls the notebook.
+        process_position: Offset the bars by this many lines (to stack them under other bars).
+        leave: Keep each epoch's training bar on screen (a new bar per epoch).
 
     Raises:
         MisconfigurationError: ``refresh_rate`` is not an int >= 0.
     """
 
-    def __init__(self, refresh_rate: int = 1, *, leave: bool = True) -> None:
+    #: tqdm's layout: the rate without the inverse ("s/it") form, the metrics after it.
+    BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}{postfix}]"
+
+    def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False) -> None:
         if isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int) or refresh_rate < 0:
             msg = f"TQDMProgressBar(refresh_rate={refresh_rate!r}) is invalid; pass an int >= 1 (0 disables the bar)."
             raise MisconfigurationError(msg)
         super().__init__()
-        self.refresh_rate = refresh_rate
-        self.leave = leave
-        self._enabled = refresh_rate > 0
-        self._train_bar: Any = None
-        self._eval_bar: Any = None
+        self._refresh_rate = self._resolve_refresh_rate(refresh_rate)
+        self._process_position = process_position
+        self._leave = leave
+        self._train_progress_bar: Any = None
+        self._val_progress_bar: Any = None
+        self._test_progress_bar: Any = None
+        self._predict_progress_bar: Any = None
 
-    def print(self, *args: Any, sep: str = " ", **kwargs: Any) -> None:
-        """Print above the bars without garbling them."""
-        tqdm.write(sep.join(map(str, args)), file=kwargs.get("file", sys.stdout))
+    @staticmethod
+    def _resolve_refresh_rate(refresh_rate: int) -> int:
+        if os.getenv("COLAB_GPU") and refresh_rate == 1:
+            return 20
+        if "TQDM_MINITERS" in os.environ:
+            return max(int(os.environ["TQDM_MINITERS"]), refresh_rate)
+        return refresh_rate
 
-    def _bar(self, desc: str, total: float, *, leave: bool) -> Any:
-        return tqdm(desc=desc, total=_total(total), leave=leave, dynamic_ncols=True, file=sys.stderr, smoothing=0)
+    def __getstate__(self) -> dict[str, Any]:
+        """Everything but the open bars (a tqdm bar holds a lock and a stream; it cannot be pickled)."""
+        return {key: None if isinstance(value, tqdm) else value for key, value in vars(self).items()}
 
-    def _update(self, bar: Any, batch_idx: int, trainer: TrainerView, total: float) -> None:
-        done = batch_idx + 1
-        if done % self.refresh_rate == 0 or done == total:
-            bar.update(done - bar.n)
-            bar.set_postfix(self.get_metrics(trainer, trainer.lightning_module), refresh=False)
+    # ------------------------------------------------------------------ the bars
+    def _get(self, name: str) -> Any:
+        bar = getattr(self, f"_{name}_progress_bar")
+        if bar is None:
+            msg = f"{type(self).__name__}.{name}_progress_bar is not set yet: it is created when its stage starts."
+            raise TypeError(msg)
+        return bar
 
-    # ------------------------------------------------------------------ training
+    @property
+    def train_progress_bar(self) -> Any:
+        """The training bar (TypeError before training started)."""
+        return self._get("train")
+
+    @train_progress_bar.setter
+    def train_progress_bar(self, bar: Any) -> None:
+        self._train_progress_bar = bar
+
+    @property
+    def val_progress_bar(self) -> Any:
+        """The sanity-check or validation bar (TypeError before the first one)."""
+        return self._get("val")
+
+    @val_progress_bar.setter
+    def val_progress_bar(self, bar: Any) -> None:
+        self._val_progress_bar = bar
+
+    @property
+    def test_progress_bar(self) -> Any:
+        """The test bar (TypeError before testing started)."""
+        return self._get("test")
+
+    @test_progress_bar.setter
+    def test_progress_bar(self, bar: Any) -> None:
+        self._test_progress_bar = bar
+
+    @property
+    def predict_progress_bar(self) -> Any:
+        """The predict bar (TypeError before predicting started)."""
+        return self._get("predict")
+
+    @predict_progress_bar.setter
+    def predict_progress_bar(self, bar: Any) -> None:
+        self._predict_progress_bar = bar
+
+    @property
+    def refresh_rate(self) -> int:
+        """Batches between redraws (0: the bar is off)."""
+        return self._refresh_rate
+
+    @property
+    def process_position(self) -> int:
+        """Lines the bars are offset by."""
+        return self._process_position
+
+    @property
+    def leave(self) -> bool:
+        """Whether each epoch's training bar stays on screen."""
+        return self._leave
+
+    @property
+    def is_enabled(self) -> bool:
+        """Whether this process draws: enabled, and a refresh rate above 0."""
+        return self._enabled and self.refresh_rate > 0
+
+    @property
+    def is_disabled(self) -> bool:
+        """Whether this process draws nothing."""
+        return not self.is_enabled
+
+    def _tqdm(self, desc: str, *, position: int = 0, leave: bool, **kwargs: Any) -> Tqdm:
+        return Tqdm(
+            desc=desc,
+            position=2 * self.process_position + position,
+            disable=self.is_disabled,
+            leave=leave,
+            dynamic_ncols=True,
+            file=sys.stdout,
+            bar_format=self.BAR_FORMAT,
+            **kwargs,
+        )
+
+    def init_sanity_tqdm(self) -> Tqdm:
+        """The sanity-check bar (override to restyle it)."""
+        return self._tqdm(self.sanity_check_description, leave=False)
+
+    def init_train_tqdm(self) -> Tqdm:
+        """The training bar (override to restyle it)."""
+        return self._tqdm(self.train_description, leave=True, smoothing=0)
+
+    def init_predict_tqdm(self) -> Tqdm:
+        """The predict bar (override to restyle it)."""
+        return self._tqdm(self.predict_description, leave=True, smoothing=0)
+
+    def init_validation_tqdm(self) -> Tqdm:
+        """The validation bar: below the training bar and temporary inside fit; alone and kept in validate."""
+        inside_fit = self.trainer.state.fn != "validate"
+        return self._tqdm(self.validation_description, position=int(inside_fit), leave=not inside_fit)
+
+    def init_test_tqdm(self) -> Tqdm:
+        """The test bar (override to restyle it)."""
+        return self._tqdm(self.test_description, leave=True)
+
+    def _should_update(self, current: int, total: Any) -> bool:
+        return self.is_enabled and (current % self.refresh_rate == 0 or current == total)
+
+    @staticmethod
+    def _reset(bar: Any, total: int | float | None, description: str) -> None:
+        bar.reset()
+        bar.total = total
+        bar.initial = 0
+        bar.set_description(description)
+
+    # ------------------------------------------------------------------ sanity check and training
+    def on_sanity_check_start(self, trainer: TrainerView, pl_module: Module) -> None:
+        """Open the sanity-check bar (and a placeholder training bar, for print)."""
+        self.val_progress_bar = self.init_sanity_tqdm()
+        self.train_progress_bar = Tqdm(disable=True)
+
+    def on_sanity_check_end(self, trainer: TrainerView, pl_module: Module) -> None:
+        """Close the sanity-check bar."""
+        self.val_progress_bar.close()
+        self.train_progress_bar.close()
+
     def on_train_start(self, trainer: TrainerView, pl_module: Module) -> None:
-        """Create the training bar."""
-        if self._enabled:
-            self._train_bar = self._bar("Training", trainer.num_training_batches, leave=self.leave)
+        """Open the training bar."""
+        self.train_progress_bar = self.init_train_tqdm()
 
     def on_train_epoch_start(self, trainer: TrainerView, pl_module: Module) -> None:
-        """Reset the bar for the new epoch."""
-        if self._train_bar is not None:
-            self._train_bar.reset(total=_total(trainer.num_training_batches))
-            self._train_bar.set_description(f"Epoch {trainer.current_epoch}")
+        """Reset the training bar for the epoch (a new bar with ``leave``)."""
+        if self._leave:
+            self.train_progress_bar = self.init_train_tqdm()
+        self._reset(self.train_progress_bar, _bar_total(self.total_train_batches), f"Epoch {trainer.current_epoch}")
 
     def on_train_batch_end(
         self, trainer: TrainerView, pl_module: Module, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        """Advance the bar and show the latest metrics."""
-        if self._train_bar is not None:
-            self._update(self._train_bar, batch_idx, trainer, trainer.num_training_batches)
+        """Advance the training bar and show the latest metrics."""
+        bar = self._train_progress_bar
+        n = batch_idx + 1
+        if bar is not None and self._should_update(n, bar.total):
+            _update_n(bar, n)
+            bar.set_postfix(self.get_metrics(trainer, pl_module))
 
     def on_train_epoch_end(self, trainer: TrainerView, pl_module: Module) -> None:
         """Show the epoch's aggregated metrics."""
-        if self._train_bar is not None:
-            self._train_bar.set_postfix(self.get_metrics(trainer, trainer.lightning_module))
+        bar = self.train_progress_bar
+        if not bar.disable:
+            bar.set_postfix(self.get_metrics(trainer, pl_module))
+        if self._leave:
+            bar.close()
 
     def on_train_end(self, trainer: TrainerView, pl_module: Module) -> None:
         """Close the training bar."""
-        if self._train_bar is not None:
-            self._train_bar.close()
-            self._train_bar = None
+        self.train_progress_bar.close()
 
     # ------------------------------------------------------------------ evaluation
-    def _start_eval(self, trainer: TrainerView, desc: str, totals: list[float]) -> None:
-        if self._enabled:
-            total = sum(totals) if totals else 0
-            leave = self._train_bar is None and not trainer.sanity_checking  # temporary inside fit
-            self._eval_bar = self._bar(desc, total, leave=leave)
-
-    def _advance_eval(self) -> None:
-        if self._eval_bar is not None:
-            self._eval_bar.update(1)
-
-    def _end_eval(self, trainer: TrainerView) -> None:
-        if self._eval_bar is not None:
-            self._eval_bar.set_postfix(self.get_metrics(trainer, trainer.lightning_module), refresh=False)
-            self._eval_bar.close()
-            self._eval_bar = None
-        if self._train_bar is not None:
-            self._train_bar.set_postfix(self.get_metrics(trainer, trainer.lightning_module))
-
     def on_validation_start(self, trainer: TrainerView, pl_module: Module) -> None:
-        """Open a validation bar (temporary during fit)."""
-        if trainer.sanity_checking:
-            self._start_eval(trainer, "Sanity Checking", trainer.num_sanity_val_batches)
-        else:
-            self._start_eval(trainer, "Validation", trainer.num_val_batches)
+        """Open a validation bar (the sanity check has its own)."""
+        if not trainer.sanity_checking:
+            self.val_progress_bar = self.init_validation_tqdm()
+
+    def on_validation_batch_start(
+        self, trainer: TrainerView, pl_module: Module, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        """Reset the bar when a new dataloader starts."""
+        if self.has_dataloader_changed(dataloader_idx):
+            desc = self.sanity_check_description if trainer.sanity_checking else self.validation_description
+            total = _bar_total(self.total_val_batches_current_dataloader)
+            self._reset(self.val_progress_bar, total, f"{desc} DataLoader {dataloader_idx}")
 
     def on_validation_batch_end(
         self, trainer: TrainerView, pl_module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         """Advance the validation bar."""
-        self._advance_eval()
+        bar = self._val_progress_bar
+        if bar is not None and self._should_update(batch_idx + 1, bar.total):
+            _update_n(bar, batch_idx + 1)
 
     def on_validation_end(self, trainer: TrainerView, pl_module: Module) -> None:
         """Close the validation bar and show validation metrics on the training bar."""
-        self._end_eval(trainer)
+        self.val_progress_bar.close()
+        self.reset_dataloader_idx_tracker()
+        if self._train_progress_bar is not None and trainer.state.fn == "fit":
+            self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module))
 
     def on_test_start(self, trainer: TrainerView, pl_module: Module) -> None:
         """Open the test bar."""
-        self._start_eval(trainer, "Testing", trainer.num_test_batches)
+        self.test_progress_bar = self.init_test_tqdm()
+
+    def on_test_batch_start(
+        self, trainer: TrainerView, pl_module: Module, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        """Reset the bar when a new dataloader starts."""
+        if self.has_dataloader_changed(dataloader_idx):
+            total = _bar_total(self.total_test_batches_current_dataloader)
+            self._reset(self.test_progress_bar, total, f"{self.test_description} DataLoader {dataloader_idx}")
 
     def on_test_batch_end(
         self, trainer: TrainerView, pl_module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         """Advance the test bar."""
-        self._advance_eval()
+        bar = self._test_progress_bar
+        if bar is not None and self._should_update(batch_idx + 1, bar.total):
+            _update_n(bar, batch_idx + 1)
 
     def on_test_end(self, trainer: TrainerView, pl_module: Module) -> None:
         """Close the test bar."""
-        self._end_eval(trainer)
+        self.test_progress_bar.close()
+        self.reset_dataloader_idx_tracker()
 
     def on_predict_start(self, trainer: TrainerView, pl_module: Module) -> None:
         """Open the predict bar."""
-        self._start_eval(trainer, "Predicting", trainer.num_predict_batches)
+        self.predict_progress_bar = self.init_predict_tqdm()
+
+    def on_predict_batch_start(
+        self, trainer: TrainerView, pl_module: Module, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        """Reset the bar when a new dataloader starts."""
+        if self.has_dataloader_changed(dataloader_idx):
+            total = _bar_total(self.total_predict_batches_current_dataloader)
+            self._reset(self.predict_progress_bar, total, f"{self.predict_description} DataLoader {dataloader_idx}")
 
     def on_predict_batch_end(
         self, trainer: TrainerView, pl_module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         """Advance the predict bar."""
-        self._advance_eval()
+        bar = self._predict_progress_bar
+        if bar is not None and self._should_update(batch_idx + 1, bar.total):
+            _update_n(bar, batch_idx + 1)
 
     def on_predict_end(self, trainer: TrainerView, pl_module: Module) -> None:
         """Close the predict bar."""
-        self._end_eval(trainer)
+        self.predict_progress_bar.close()
+        self.reset_dataloader_idx_tracker()
 
     def on_exception(self, trainer: TrainerView, pl_module: Module, exception: BaseException) -> None:
         """Close any open bar so the traceback is readable."""
-        for bar in (self._eval_bar, self._train_bar):
+        for name in ("val", "test", "predict", "train"):
+            bar = getattr(self, f"_{name}_progress_bar")
             if bar is not None:
                 bar.close()
-        self._eval_bar = self._train_bar = None
+
+    def print(self, *args: Any, sep: str = " ", **kwargs: Any) -> None:
+        """Print above the active bar (training, else validation, test, predict) without garbling it."""
+        for bar in (self._train_progress_bar, self._val_progress_bar, self._test_progress_bar,
+                    self._predict_progress_bar):  # fmt: skip
+            if bar is not None and not bar.disable:
+                bar.write(sep.join(map(str, args)), **kwargs)
+                return
