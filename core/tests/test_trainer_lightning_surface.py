@@ -154,7 +154,10 @@ class BatchLog(Net):
 def test_overfit_batches_repeats_the_first_batches_in_order() -> None:
     model = BatchLog()
     trainer = Trainer(**quiet(max_epochs=3, overfit_batches=2))
-    trainer.fit(model, loader(shuffle=True))
+    with pytest.warns(UserWarning, match="overfit but enabled (train|val) dataloader shuffling") as record:
+        trainer.fit(model, loader(shuffle=True), loader(shuffle=True))
+    assert sorted({str(w.message).split()[6] for w in record if "overfit" in str(w.message)}) == ["train", "val"]
+    assert isinstance(trainer.val_dataloaders.sampler, torch.utils.data.SequentialSampler)
     assert trainer.limit_train_batches == 2 and trainer.limit_val_batches == 2
     first = [dataset()[i * 4 : (i + 1) * 4][0] for i in range(2)]
     assert len(model.seen) == 6

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import inspect
 import math
+import warnings
 from collections.abc import Iterable, Iterator, Sized
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+from torch.utils.data import DataLoader, SequentialSampler
 
 from phalanx.datamodule import DataModule
 from phalanx.errors import MisconfigurationError
@@ -142,21 +143,33 @@ def _rebuildable(loader: Any) -> bool:
 
 
 def prepare_loader(
-    loader: Any, strategy: Any, *, use_distributed_sampler: bool, shuffle: bool | None = None, sequential: bool = False
+    loader: Any,
+    strategy: Any,
+    *,
+    use_distributed_sampler: bool,
+    shuffle: bool | None = None,
+    sequential: bool = False,
+    prefix: str = "train",
 ) -> Any:
     """Shard the data when several processes share it, then let the strategy wrap the loader.
 
     The shard comes from the strategy's ``distributed_sampler_kwargs`` (None: every process reads
     everything), so phalanx shards exactly like a hand-written ``DistributedSampler(seed=0)`` loop;
     ``shuffle=None`` keeps the loader's own choice (a RandomSampler shuffles); ``sequential=True``
-    (``overfit_batches``) reads in order in every case.
+    (``overfit_batches``) reads in order in every case: any other sampler is replaced by a
+    ``SequentialSampler``, with a warning naming the ``prefix`` dataloader ("train", "val"), as Lightning does.
     """
     if sequential:
         shuffle = False
     if isinstance(loader, CombinedLoader):
         loader.flattened = [
             prepare_loader(
-                inner, strategy, use_distributed_sampler=use_distributed_sampler, shuffle=shuffle, sequential=sequential
+                inner,
+                strategy,
+                use_distributed_sampler=use_distributed_sampler,
+                shuffle=shuffle,
+                sequential=sequential,
+                prefix=prefix,
             )
             for inner in loader.flattened
         ]
@@ -166,9 +179,15 @@ def prepare_loader(
         from phalanx.strategies._distributed import inject_distributed_sampler
 
         loader = inject_distributed_sampler(loader, shuffle, **shard)
-    elif sequential and isinstance(loader, DataLoader) and isinstance(loader.sampler, RandomSampler):
+    elif sequential and isinstance(loader, DataLoader) and not isinstance(loader.sampler, SequentialSampler):
         from phalanx.strategies._distributed import replace_sampler
 
+        warnings.warn(
+            f"You requested to overfit but enabled {prefix} dataloader shuffling. We are turning off the {prefix} "
+            f"dataloader shuffling for you (its {type(loader.sampler).__name__} is replaced by a SequentialSampler).",
+            UserWarning,
+            stacklevel=2,
+        )
         loader = replace_sampler(loader, SequentialSampler(loader.dataset))  # type: ignore[arg-type]
     add_worker_init_fn(loader, rank=strategy.global_rank)  # seed_everything(workers=True): distinct worker seeds
     return strategy.process_dataloader(loader)

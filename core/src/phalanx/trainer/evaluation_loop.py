@@ -17,7 +17,7 @@ import torch
 from phalanx.trainer.data import limit_batches, num_batches, prepare_loader
 from phalanx.trainer.metrics import MetricStore
 from phalanx.trainer.step import takes_batch_idx
-from phalanx.trainer_view import RunningStage
+from phalanx.trainer_view import RunningStage, TrainerFn
 
 if TYPE_CHECKING:
     from phalanx.trainer.run import Run
@@ -74,8 +74,16 @@ class EvaluationLoop:
         limit = getattr(config, self._limit_name)
         self.has_run = False
         self.seen_batches = {}
+        overfit = bool(config.overfit_batches) and run.fn is TrainerFn.FITTING  # validate on the first batches, in order
         self.dataloaders = [
-            prepare_loader(loader, run.strategy, use_distributed_sampler=config.use_distributed_sampler, shuffle=False)
+            prepare_loader(
+                loader,
+                run.strategy,
+                use_distributed_sampler=config.use_distributed_sampler,
+                shuffle=False,
+                sequential=overfit,
+                prefix="val",
+            )
             for loader in loaders
         ]
         self.num_batches = [limit_batches(limit, num_batches(dl), name=self._limit_name) for dl in self.dataloaders]

@@ -88,7 +88,7 @@ def _setup_data(run: Run, loaders: dict[str, Any]) -> None:
         val: list[Any] = []
         if config.limit_val_batches != 0:
             val = resolve_loaders(run, loaders.get("val"), "val_dataloader", "val_dataloaders", multiple=True)
-        if val and not is_overridden("validation_step", type(module), Module):
+        if val and not is_overridden("validation_step", module, Module):  # None set on the instance: no step
             warnings.warn(
                 f"Validation dataloaders were given but {type(module).__qualname__} has no validation_step; "
                 "validation is skipped. Define validation_step to validate during fit.",
