@@ -58,6 +58,9 @@ class FitLoop:
         self.global_step = 0
         self.batches_done = 0
         self.total_batches_done = 0
+        #: Index, counted across epochs, of the training batch running now or last run (Lightning's
+        #: ``fit_loop.total_batch_idx``; -1 before the first). Validation after batch k sees k - 1.
+        self.total_batch_idx = -1
         self.phase = "train"
         #: Whether the batch being trained is the last of its epoch.
         self.is_last_batch = False
@@ -68,6 +71,7 @@ class FitLoop:
         self._epoch_start_rng: dict[str, Any] | None = None
         self._rng_before_val: dict[str, Any] | None = None
         self._resume: dict[str, Any] | None = None
+        self._restarting = False
         #: The rest of a resumed epoch split over a new replica count (None: batches as sampled).
         self._regrouped: Regrouped | None = None
         self._last_logged_step = -1
@@ -105,6 +109,11 @@ class FitLoop:
         return state
 
     @property
+    def restarting(self) -> bool:
+        """Whether this fit resumed from a checkpoint and has not begun a fresh epoch yet (Lightning's name)."""
+        return self._restarting
+
+    @property
     def mid_accumulation(self) -> bool:
         """Whether gradients of an unfinished accumulation window are pending (they go into checkpoints)."""
         return (
@@ -124,9 +133,11 @@ class FitLoop:
         self.global_step = int(state["global_step"])
         self.batches_done = int(state["batches_done"])
         self.total_batches_done = int(state.get("total_batches_done", 0))
+        self.total_batch_idx = self.total_batches_done - 1
         self.phase = state.get("phase", "train")
         position = state.get("data_position")
         self._resume = {"batches_done": self.batches_done, "phase": self.phase, "rng": rng or {}, "position": position}
+        self._restarting = True
         saved_batches = state.get("num_batches")
         if needs_regroup(position, self.dataloader):
             pass  # another replica count: the epoch's batch count differs by design, the rest is regrouped
@@ -255,6 +266,7 @@ class FitLoop:
                 self._reload_dataloader(run)
                 loader = self.dataloader
                 set_sampler_epoch(loader, self.epoch)
+            self._restarting = False
             self.batches_done = 0
             self.phase = "train"
             self._regrouped = None
@@ -324,6 +336,7 @@ class FitLoop:
         metrics = run.metrics
         hooks = run.hooks
         live = hooks.live
+        self.total_batch_idx = self.total_batches_done
         batch = strategy.batch_to_device(batch)
         metrics.begin_batch(batch)
         if "on_train_batch_start" in live and hooks.call("on_train_batch_start", batch, batch_idx) == -1:
