@@ -67,9 +67,12 @@ SAME_OBJECT = [
     ("phalanx.utilities.model_summary", "ModelSummary", "phalanx.callbacks.model_summary:Summary"),
     ("phalanx.utilities.parsing", "AttributeDict", "phalanx.hparams:AttributeDict"),
     ("phalanx.profilers.base", "PassThroughProfiler", "phalanx.profilers:PassThroughProfiler"),
-    ("phalanx.strategies.ddp", "DDPStrategy", "phalanx.strategies:DDPStrategy"),
-    ("phalanx.strategies.fsdp", "FSDPStrategy", "phalanx.strategies:FSDPStrategy"),
-    ("phalanx.strategies.model_parallel", "ModelParallelStrategy", "phalanx.strategies:ModelParallelStrategy"),
+]
+#: Lightning's strategy module paths whose class a plugin package provides: (path, name, distribution).
+FROM_PLUGINS = [
+    ("phalanx.strategies.ddp", "DDPStrategy", "phalanx-strategy-ddp"),
+    ("phalanx.strategies.fsdp", "FSDPStrategy", "phalanx-strategy-fsdp"),
+    ("phalanx.strategies.model_parallel", "ModelParallelStrategy", "phalanx-strategy-model-parallel"),
 ]
 
 
@@ -81,6 +84,29 @@ def _resolve(spec: str) -> Any:
 @pytest.mark.parametrize(("path", "name", "home"), SAME_OBJECT, ids=[f"{p}.{n}" for p, n, _ in SAME_OBJECT])
 def test_lightning_path_gives_phalanx_object(path: str, name: str, home: str) -> None:
     assert getattr(importlib.import_module(path), name) is _resolve(home)
+
+
+@pytest.mark.parametrize(("path", "name", "distribution"), FROM_PLUGINS, ids=[f"{p}.{n}" for p, n, _ in FROM_PLUGINS])
+def test_lightning_strategy_path_gives_the_plugin_class_or_says_what_to_install(
+    path: str, name: str, distribution: str
+) -> None:
+    """With the plugin installed the path gives its class; without it, the import error names the package."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version(distribution)
+    except PackageNotFoundError:
+        with pytest.raises(ImportError, match=distribution):
+            getattr(importlib.import_module(path), name)
+    else:
+        from phalanx import strategies
+
+        try:
+            found = getattr(importlib.import_module(path), name)
+        except ImportError as error:  # installed but blocked: the error names the switch that blocks it
+            assert "PHALANX_DISABLE_PLUGINS" in str(error), error
+        else:
+            assert found is getattr(strategies, name)
 
 
 def test_hook_mixins_are_what_module_is_made_of() -> None:

@@ -17,8 +17,10 @@ so itself with ``@pytest.mark.processes``. Without xdist the plugin changes noth
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,8 +46,26 @@ def starts_processes(path: Path) -> bool:
     return _by_path[path]
 
 
+#: The variables execnet sets in every xdist worker (COLUMNS=80, LINES=24), given back the values
+#: the controlling pytest had: a command's output width must not depend on how the suite is run.
+_TERMINAL_VARS = ("COLUMNS", "LINES")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "processes: the test starts processes (xdist runs these one at a time)")
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and "phalanx_terminal" in workerinput:
+        for name, value in workerinput["phalanx_terminal"].items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: without xdist it is never called
+def pytest_configure_node(node: Any) -> None:
+    """On the controller: hand each worker this process's terminal variables (see _TERMINAL_VARS)."""
+    node.workerinput["phalanx_terminal"] = {name: os.environ.get(name) for name in _TERMINAL_VARS}
 
 
 @pytest.hookimpl(tryfirst=True)
