@@ -344,6 +344,14 @@ def build_config(
         epochs = 1000 if steps == -1 and duration is None else -1
     interval = check_val_check_interval(val_check_interval)
     every_n = check_int("check_val_every_n_epoch", check_val_every_n_epoch, minimum=1, allow_none=True)
+    if every_n is None and isinstance(interval, float):
+        msg = (
+            f"Trainer(val_check_interval={interval}, check_val_every_n_epoch=None) is invalid: "
+            "`val_check_interval` should be an integer or a time-based duration (str 'DD:HH:MM:SS', "
+            "datetime.timedelta, or dict kwargs for timedelta) when `check_val_every_n_epoch=None`. "
+            "Fix: pass a number of batches (val_check_interval=100), or check_val_every_n_epoch=1 for a fraction of an epoch."
+        )
+        raise MisconfigurationError(msg)
     sanity = check_sanity_steps(num_sanity_val_steps, off=barebones or dev_run > 0)
     if dev_run:
         batch_limits = {name: dev_run for name in batch_limits}

@@ -29,9 +29,9 @@ def val_check_batch(config: TrainerConfig, num_batches: float) -> float:
     if isinstance(interval, int):
         if config.check_val_every_n_epoch is not None and interval > num_batches:
             msg = (
-                f"Trainer(val_check_interval={interval}) is larger than the {int(num_batches)} training "
-                "batches of an epoch. Pass a smaller value, or check_val_every_n_epoch=None to count batches "
-                "across epochs; to disable validation use limit_val_batches=0."
+                f"Trainer(val_check_interval={interval}) must be less than or equal to the number of the training "
+                f"batches of an epoch ({int(num_batches)}). Pass a smaller value, or check_val_every_n_epoch=None "
+                "to count batches across epochs; to disable validation use limit_val_batches=0."
             )
             raise MisconfigurationError(msg)
         return float(interval)
