@@ -8,6 +8,7 @@ under the core's own ParallelStrategy.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -184,6 +185,20 @@ def test_best_k_bookkeeping_last_and_to_yaml(tmp_path: Path) -> None:
     assert yaml.safe_load((tmp_path / "best_k_models.yaml").read_text()) == pytest.approx(expected)
     callback.to_yaml(tmp_path / "other.yaml")
     assert yaml.safe_load((tmp_path / "other.yaml").read_text()) == pytest.approx(expected)
+
+
+def test_save_last_link_points_at_the_newest_checkpoint(tmp_path: Path) -> None:
+    scores = [0.5, 0.2, 0.9]
+    callback = ModelCheckpoint(tmp_path, monitor="auroc", mode="min", save_top_k=2, save_last="link")
+    _fit(Tiny(scores), callback, max_epochs=3, limit_val_batches=1)
+    last = tmp_path / "last.ckpt"
+    assert last.is_symlink() and callback.last_model_path == str(last)
+    # epoch 2 (0.9) is not among the best two, so the newest file written is epoch 1's, as in Lightning
+    assert os.readlink(last) == "epoch=1-step=4.ckpt"  # relative: the folder can move
+    assert torch.load(last, weights_only=True)["global_step"] == 4
+    assert not list(tmp_path.glob(".*link-tmp"))  # swapped in by a rename, nothing left behind
+    with pytest.raises(MisconfigurationError, match="'link'"):
+        ModelCheckpoint(tmp_path, save_last="symlink")
 
 
 def test_missing_monitor_error_names_the_key_and_the_logged_keys(tmp_path: Path) -> None:

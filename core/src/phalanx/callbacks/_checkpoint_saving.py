@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,8 @@ class CheckpointSaving(CheckpointNames):
     monitor: str | None
     mode: str
     save_top_k: int
-    save_last: bool | None
+    save_last: bool | str | None
+    _last_checkpoint_saved: str
     save_weights_only: bool
     verbose: bool
     kth_best_model_path: str
@@ -110,7 +112,10 @@ class CheckpointSaving(CheckpointNames):
     def _save_last(self, trainer: TrainerView, candidates: dict[str, Any]) -> None:
         path = self._unused_path(trainer, candidates, self.CHECKPOINT_NAME_LAST, keep=self.last_model_path)
         previous, self.last_model_path = self.last_model_path, path
-        self._write(trainer, path)
+        if self.save_last == "link" and self._last_checkpoint_saved and self.save_top_k != 0:
+            self._link(trainer, self._last_checkpoint_saved, path)
+        else:
+            self._write(trainer, path)
         if (
             previous
             and previous not in self.best_k_models
@@ -119,9 +124,30 @@ class CheckpointSaving(CheckpointNames):
         ):
             trainer.strategy.remove_checkpoint(previous)
 
+    @staticmethod
+    def _link(trainer: TrainerView, target: str, link: str) -> None:
+        """Point ``link`` at ``target`` (relative, so the folder can move), replacing what was there.
+
+        The link is made under a temporary name and renamed over ``link``, so a reader never finds
+        ``last.ckpt`` missing; where links are not allowed, a copy is written the same way.
+        """
+        if trainer.is_global_zero and os.path.abspath(target) != os.path.abspath(link):
+            staging = os.path.join(os.path.dirname(link) or ".", f".{os.path.basename(link)}.link-tmp")
+            if os.path.lexists(staging):
+                os.remove(staging)
+            try:
+                os.symlink(os.path.relpath(target, os.path.dirname(link) or "."), staging)
+            except OSError:  # e.g. Windows without the privilege to create links
+                shutil.copy(target, staging)
+            if os.path.isdir(link) and not os.path.islink(link):
+                shutil.rmtree(link)  # a sharded checkpoint directory that was here
+            os.replace(staging, link)
+        trainer.strategy.barrier()
+
     def _write(self, trainer: TrainerView, path: str) -> None:
         trainer.save_checkpoint(path, weights_only=self.save_weights_only)
         self._last_global_step_saved = trainer.global_step
+        self._last_checkpoint_saved = path
         if trainer.is_global_zero:
             for logger in trainer.loggers:
                 logger.after_save_checkpoint(self)

@@ -19,12 +19,13 @@ import math
 import os
 import time
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
 from phalanx.callbacks._checkpoint_saving import CheckpointSaving
 from phalanx.callbacks.checkpoint import Checkpoint
+from phalanx.checkpoint_io.storage import is_remote
 from phalanx.errors import MisconfigurationError
 from phalanx.utilities.paths import check_path
 from phalanx.utilities.rank_zero import rank_zero_warn
@@ -65,6 +66,8 @@ class ModelCheckpoint(CheckpointSaving, Checkpoint):
         mode: ``"min"`` or ``"max"``: which direction of ``monitor`` is better.
         save_top_k: Keep the best k (``-1`` all, ``0`` none except ``last``).
         save_last: Also keep ``last.ckpt``, always the newest state (also written when fit ends).
+            ``"link"``: make ``last.ckpt`` a symbolic link to the newest checkpoint written instead
+            of a second copy (local paths only; a copy where links are not allowed).
         every_n_train_steps: Save every N optimizer steps (0/None: off).
         train_time_interval: Save when this much wall time (a ``timedelta``) passed since the last
             time-triggered save; checked after each training batch.
@@ -101,7 +104,7 @@ class ModelCheckpoint(CheckpointSaving, Checkpoint):
         monitor: str | None = None,
         mode: str = "min",
         save_top_k: int = 1,
-        save_last: bool | None = None,
+        save_last: bool | Literal["link"] | None = None,
         every_n_train_steps: int | None = None,
         train_time_interval: timedelta | None = None,
         every_n_epochs: int | None = None,
@@ -143,10 +146,12 @@ class ModelCheckpoint(CheckpointSaving, Checkpoint):
                 "(use two ModelCheckpoint callbacks for two schedules)."
             )
             raise MisconfigurationError(msg)
-        for name, flag in (("save_last", save_last), ("save_on_train_epoch_end", save_on_train_epoch_end)):
-            if flag is not None and not isinstance(flag, bool):
-                msg = f"ModelCheckpoint({name}={flag!r}) must be True, False or None."
-                raise MisconfigurationError(msg)
+        if save_last is not None and not isinstance(save_last, bool) and save_last != "link":
+            msg = f"ModelCheckpoint(save_last={save_last!r}) must be True, False, None or 'link'."
+            raise MisconfigurationError(msg)
+        if save_on_train_epoch_end is not None and not isinstance(save_on_train_epoch_end, bool):
+            msg = f"ModelCheckpoint(save_on_train_epoch_end={save_on_train_epoch_end!r}) must be True, False or None."
+            raise MisconfigurationError(msg)
         self.dirpath: str | None = (
             check_path(dirpath, argument="ModelCheckpoint(dirpath=...)") if dirpath is not None else None
         )
@@ -174,6 +179,7 @@ class ModelCheckpoint(CheckpointSaving, Checkpoint):
         self.current_score: torch.Tensor | None = None
         self.last_model_path = ""
         self._last_global_step_saved = -1
+        self._last_checkpoint_saved = ""  # the newest file written, which save_last="link" points at
         self._last_time_checked: float | None = None
         self._defer_save_until_validation = False
 
@@ -228,6 +234,12 @@ class ModelCheckpoint(CheckpointSaving, Checkpoint):
         if not self._user_dirpath:
             self.dirpath = trainer.default_checkpoint_dir
         self.dirpath = trainer.strategy.broadcast(self.dirpath)
+        if self.save_last == "link" and self.dirpath is not None and is_remote(self.dirpath):
+            msg = (
+                f"ModelCheckpoint(save_last='link') needs a local dirpath, got dirpath={self.dirpath!r}: an object "
+                "store has no links. Use save_last=True there."
+            )
+            raise ValueError(msg)
 
     def on_train_start(self, trainer: TrainerView, pl_module: Module) -> None:
         """Start the clock of ``train_time_interval``."""
