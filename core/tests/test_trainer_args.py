@@ -226,3 +226,31 @@ def test_max_epochs_none_is_settled_by_fit() -> None:
         trainer.fit(StopAtOnce(), loader())
     assert trainer.max_epochs == 1000 and trainer.current_epoch == 1
     assert Trainer(fast_dev_run=True).max_epochs == 1
+
+
+@pytest.mark.parametrize("interval", ["00:00:00:02", {"seconds": 2}, __import__("datetime").timedelta(seconds=2)])
+def test_time_based_val_check_interval(interval: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import itertools
+    import time
+
+    clock = itertools.count(0, 2)  # every reading is 2 s after the previous one
+    monkeypatch.setattr(time, "monotonic", lambda: float(next(clock)))
+
+    class CountValidations(Net):
+        validations = 0
+
+        def on_validation_epoch_start(self) -> None:
+            if not self.trainer.sanity_checking:
+                self.validations += 1
+
+    model = CountValidations()
+    trainer = Trainer(**quiet(max_steps=5, limit_val_batches=1, val_check_interval=interval))
+    assert trainer.val_check_interval == __import__("datetime").timedelta(seconds=2)
+    trainer.fit(model, loader(), loader())
+    assert model.validations == 5  # one reading per batch: 2 s have always passed
+
+
+@pytest.mark.parametrize("interval", ["00:00:02", "1 minute", {"second": 2}, "00:00:00:00"])
+def test_a_bad_duration_names_the_forms(interval: Any) -> None:
+    with pytest.raises(MisconfigurationError, match="DD:HH:MM:SS"):
+        Trainer(val_check_interval=interval)

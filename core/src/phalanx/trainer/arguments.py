@@ -128,8 +128,27 @@ def check_limit(name: str, value: Any) -> int | float:
     raise argument_error(name, value, "a float in [0.0, 1.0] or an int >= 0", f"pass e.g. {name}=1.0")
 
 
-def check_val_check_interval(value: Any) -> int | float:
-    """A fraction of the epoch in (0, 1] or an int number of training batches > 0."""
+def _as_duration(value: str | dict[str, Any] | timedelta) -> timedelta | None:
+    """``"DD:HH:MM:SS"``, timedelta keyword arguments, or a timedelta, as a positive timedelta (None: not one)."""
+    if isinstance(value, timedelta):
+        duration = value
+    elif isinstance(value, dict):
+        try:
+            duration = timedelta(**value)
+        except TypeError:
+            return None
+    else:
+        parts = value.split(":")
+        if len(parts) != 4 or not all(part.strip().isdigit() for part in parts):
+            return None
+        days, hours, minutes, seconds = (int(part) for part in parts)
+        duration = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    return duration if duration.total_seconds() > 0 else None
+
+
+def check_val_check_interval(value: Any) -> int | float | timedelta:
+    """A fraction of the epoch in (0, 1], an int number of training batches > 0, or a wall-clock
+    duration (``"DD:HH:MM:SS"``, a ``timedelta``, or its keyword arguments as a dict)."""
     if value is None:
         return 1.0
     if _is_int(value) and value > 0:
@@ -137,17 +156,16 @@ def check_val_check_interval(value: Any) -> int | float:
     if isinstance(value, float) and 0.0 < value <= 1.0:
         return value
     if isinstance(value, (str, dict, timedelta)):
-        raise argument_error(
-            "val_check_interval",
-            value,
-            "a fraction of an epoch or a number of training batches (time-based validation is not implemented)",
-            "pass a batch count, e.g. val_check_interval=500, or validate from a callback on a timer",
-        )
+        duration = _as_duration(value)
+        if duration is not None:
+            return duration
     raise argument_error(
         "val_check_interval",
         value,
-        "a float in (0.0, 1.0] (fraction of an epoch) or an int > 0 (training batches)",
-        "pass e.g. val_check_interval=0.25 or val_check_interval=100; to disable validation use limit_val_batches=0",
+        "a float in (0.0, 1.0] (fraction of an epoch), an int > 0 (training batches) or a positive duration "
+        "('DD:HH:MM:SS', a datetime.timedelta, or a dict of timedelta arguments)",
+        "pass e.g. val_check_interval=0.25, val_check_interval=100 or val_check_interval='00:00:30:00'; "
+        "to disable validation use limit_val_batches=0",
     )
 
 

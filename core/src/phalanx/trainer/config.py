@@ -26,7 +26,8 @@ class TrainerConfig:
     limit_val_batches: int | float = 1.0
     limit_test_batches: int | float = 1.0
     limit_predict_batches: int | float = 1.0
-    val_check_interval: int | float = 1.0
+    #: A fraction of the epoch, a number of batches, or a wall-clock time between validations.
+    val_check_interval: int | float | timedelta = 1.0
     check_val_every_n_epoch: int | None = 1
     accumulate_grad_batches: int = 1
     gradient_clip_val: float | None = None

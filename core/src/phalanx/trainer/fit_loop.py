@@ -9,8 +9,10 @@ training random streams saved and put back, so evaluating never changes what tra
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from phalanx.strategies import Strategy
@@ -61,6 +63,9 @@ class FitLoop:
         #: Index, counted across epochs, of the training batch running now or last run (Lightning's
         #: ``fit_loop.total_batch_idx``; -1 before the first). Validation after batch k sees k - 1.
         self.total_batch_idx = -1
+        #: ``time.monotonic()`` when fit's training started or the last validation ended (time-based
+        #: ``val_check_interval`` measures from it).
+        self.last_val_time = 0.0
         self.phase = "train"
         #: Whether the batch being trained is the last of its epoch.
         self.is_last_batch = False
@@ -214,6 +219,8 @@ class FitLoop:
                 stacklevel=2,
             )
             return
+        if isinstance(config.val_check_interval, timedelta):
+            self.last_val_time = time.monotonic()
         run.hooks.call("on_train_start")
         run.strategy.on_train_start()
         run.training_step_runs_backward = bool(run.strategy.training_step_runs_backward)
@@ -390,6 +397,8 @@ class FitLoop:
             restore_rng(self._rng_before_val, self._generators)
             self._rng_before_val = None
             run.stage = RunningStage.TRAINING
+        if isinstance(run.config.val_check_interval, timedelta):
+            self.last_val_time = time.monotonic()
 
     def _finish_epoch(self, run: Run, *, run_hooks: bool) -> None:
         if run_hooks:

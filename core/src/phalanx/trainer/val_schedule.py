@@ -2,12 +2,16 @@
 
 Lightning's rules: an int interval counts batches (within the epoch, or across epochs with
 ``check_val_every_n_epoch=None``), a float is a fraction of the epoch (1.0: at its end), and
-``check_val_every_n_epoch`` skips whole epochs.
+``check_val_every_n_epoch`` skips whole epochs. A duration (``"DD:HH:MM:SS"``, a timedelta)
+validates after the first batch that ends once that much wall-clock time has passed since fit
+started or the last validation ended.
 """
 
 from __future__ import annotations
 
 import math
+import time
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from phalanx.errors import MisconfigurationError
@@ -26,6 +30,8 @@ def val_check_batch(config: TrainerConfig, num_batches: float) -> float:
         MisconfigurationError: An interval that does not fit the training dataloader.
     """
     interval = config.val_check_interval
+    if isinstance(interval, timedelta):
+        return math.inf  # decided by the clock (should_validate), not by a batch count
     if isinstance(interval, int):
         if config.check_val_every_n_epoch is not None and interval > num_batches:
             msg = (
@@ -53,6 +59,13 @@ def should_validate(run: Run, every_batches: float, *, epoch: int, batch_idx: in
     every = run.config.check_val_every_n_epoch
     if every is not None and (epoch + 1) % every != 0:
         return False
+    interval = run.config.val_check_interval
+    if isinstance(interval, timedelta):
+        # One clock reading per batch, in validating epochs only, as in Lightning: due once the
+        # interval has passed since fit started or the last validation ended.
+        if is_last and math.isinf(run.fit_loop.num_batches):
+            return True
+        return time.monotonic() - run.fit_loop.last_val_time >= interval.total_seconds()
     if math.isinf(every_batches):
         return is_last
     current = total if every is None else batch_idx + 1
