@@ -171,3 +171,16 @@ def test_lambda_callback_rejects_an_unknown_hook() -> None:
     assert "on_validation_end" in str(info.value)  # lists the valid hooks
     with pytest.raises(MisconfigurationError, match="needs a callable"):
         LambdaCallback(on_fit_start=3)  # type: ignore[arg-type]
+
+
+def test_rates_are_callback_metrics_other_callbacks_can_monitor(tmp_path: Path) -> None:
+    """As in Lightning, the values go into ``trainer.callback_metrics`` too, so EarlyStopping can watch them."""
+    from phalanx.callbacks import EarlyStopping
+
+    model = Net(lr=0.1, scheduler=lambda opt: {"scheduler": torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)})
+    monitor = LearningRateMonitor()
+    stop = EarlyStopping(monitor="lr-SGD", mode="min", stopping_threshold=0.03, check_on_train_epoch_end=True)
+    trainer = Trainer(**quiet(accelerator="cpu", logger=CSVLogger(tmp_path), callbacks=[monitor, stop], max_epochs=6))
+    trainer.fit(model, loader())
+    assert monitor.lrs["lr-SGD"] == pytest.approx([0.1, 0.05, 0.025])  # 0.025 < 0.03: stopped after epoch 2
+    assert float(trainer.callback_metrics["lr-SGD"]) == pytest.approx(0.025)

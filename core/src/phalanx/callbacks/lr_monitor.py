@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from phalanx.callbacks.callback import Callback
 from phalanx.errors import MisconfigurationError
 from phalanx.utilities.rank_zero import rank_zero_warn
@@ -76,13 +78,15 @@ class LearningRateMonitor(Callback):
         self.lrs: dict[str, list[float]] = {}
         self.last_momentum_values: dict[str, float | None] = {}
         self.last_weight_decay_values: dict[str, float | None] = {}
+        self._stepped_batches = 0  # training batches that ran an optimizer step (the logging cadence)
+        self._step_before_batch = 0
 
     # ------------------------------------------------------------------ hooks
     def on_fit_start(self, trainer: TrainerView, pl_module: Module) -> None:
         """Fail before any training when nothing would receive the values."""
         if not trainer.loggers:
             msg = (
-                "LearningRateMonitor needs a logger, but the Trainer has none (logger=False or an empty "
+                "LearningRateMonitor cannot run with a `Trainer` that has no logger (logger=False or an empty "
                 "list). Fix: pass logger=True or a logger, e.g. Trainer(logger=CSVLogger('logs')), or "
                 "remove the LearningRateMonitor callback."
             )
@@ -92,17 +96,26 @@ class LearningRateMonitor(Callback):
         """Name every param group now, so :attr:`lrs` lists all keys before the first value."""
         if self.log_momentum and not self._all_have_momentum(trainer):
             rank_zero_warn(
-                "LearningRateMonitor(log_momentum=True): some optimizers have neither 'momentum' nor "
-                "'betas'; their momentum is logged as 0.",
+                "LearningRateMonitor(log_momentum=True): some optimizers do not have momentum. They have "
+                "neither 'momentum' nor 'betas', so 0 is logged for them.",
                 category=RuntimeWarning,
             )
         keys = [key for _, group_keys, _ in self._keyed_optimizers(trainer) for key in group_keys]
         self.lrs = {key: [] for key in keys}
         self.last_momentum_values = {f"{key}-momentum": None for key in keys}
         self.last_weight_decay_values = {f"{key}-weight_decay": None for key in keys}
+        self._stepped_batches = trainer.global_step
+
+    def on_train_batch_end(
+        self, trainer: TrainerView, pl_module: Module, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        """Count the batches that stepped (with two optimizers stepped per batch, one batch, not two steps)."""
+        if trainer.global_step != self._step_before_batch:
+            self._stepped_batches += 1
 
     def on_train_batch_start(self, trainer: TrainerView, pl_module: Module, batch: Any, batch_idx: int) -> None:
         """Log step-interval rates every ``log_every_n_steps`` (and on the batch where fit stops)."""
+        self._step_before_batch = trainer.global_step
         if self.logging_interval == "epoch" or not self._logs_this_step(trainer):
             return
         self._log(trainer, "step" if self.logging_interval is None else None)
@@ -114,13 +127,16 @@ class LearningRateMonitor(Callback):
         self._log(trainer, "epoch" if self.logging_interval is None else None)
 
     # ------------------------------------------------------------------ reading and sending
-    @staticmethod
-    def _logs_this_step(trainer: TrainerView) -> bool:
-        """Lightning's rule: the step about to run is a multiple of ``log_every_n_steps``, or fit stops."""
+    def _logs_this_step(self, trainer: TrainerView) -> bool:
+        """Lightning's rule: the batch about to run is the ``log_every_n_steps``-th to step, or fit stops.
+
+        Batches are counted, not optimizer steps, so two optimizers stepping in every batch log as
+        often as one.
+        """
         every = trainer.log_every_n_steps
         if every <= 0:
             return False
-        return (trainer.global_step + 1) % every == 0 or trainer.should_stop
+        return (self._stepped_batches + 1) % every == 0 or trainer.should_stop
 
     def _log(self, trainer: TrainerView, interval: str | None) -> None:
         """Read the optimizers whose scheduler runs on ``interval`` (None: all) and send the values."""
@@ -130,7 +146,13 @@ class LearningRateMonitor(Callback):
                 continue
             self._adopt_keys(keys)
             stats.update(self._read(optimizer, keys))
-        if not stats or trainer.fast_dev_run or not trainer.is_global_zero:
+        if not stats:
+            return
+        # as in Lightning, the values are also metrics other callbacks can monitor (EarlyStopping on
+        # "lr-SGD"); every rank has them, so decisions on them agree
+        device = trainer.strategy.root_device
+        trainer.callback_metrics.update({key: torch.tensor(value, device=device) for key, value in stats.items()})
+        if trainer.fast_dev_run or not trainer.is_global_zero:
             return
         for logger in trainer.loggers:
             logger.log_metrics(stats, step=trainer.global_step)
@@ -195,8 +217,9 @@ class LearningRateMonitor(Callback):
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             msg = (
-                f"LearningRateMonitor: optimizer {type(optimizer).__name__} (key {base!r}) has several param "
-                f"groups named {duplicates}; each group needs a distinct 'name' (or none) to get its own key. "
+                f"A single `Optimizer` cannot have multiple parameter groups with identical `name` values in "
+                f"LearningRateMonitor: {type(optimizer).__name__} (key {base!r}) has several named {duplicates}; each "
+                "group needs a distinct 'name' (or none) to get its own key. "
                 "Fix: rename the groups in configure_optimizers."
             )
             raise MisconfigurationError(msg)
