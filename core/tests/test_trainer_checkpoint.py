@@ -109,3 +109,11 @@ def test_missing_monitor_and_bad_options(tmp_path: Path) -> None:
             ModelCheckpoint(tmp_path, **kwargs)
     with pytest.raises(MisconfigurationError, match="dirpath"):
         ModelCheckpoint(5)  # type: ignore[arg-type]
+
+
+def test_resuming_past_max_epochs_is_refused(tmp_path: Path) -> None:
+    """As in Lightning: a checkpoint from epoch 3 cannot resume a fit of max_epochs=1."""
+    callback = ModelCheckpoint(tmp_path, save_last=True, save_top_k=0)
+    _fit(tmp_path, callback, epochs=4)
+    with pytest.raises(MisconfigurationError, match=r"current_epoch=3, but you have set Trainer\(max_epochs=1\)"):
+        _fit(tmp_path / "again", ModelCheckpoint(tmp_path / "again"), epochs=1, ckpt_path=callback.last_model_path)

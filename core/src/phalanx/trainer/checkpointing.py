@@ -342,4 +342,12 @@ def restore_training_state(run: Run, checkpoint: dict[str, Any], path: str) -> N
     if datamodule is not None and type(datamodule).__qualname__ in checkpoint:
         datamodule.load_state_dict(checkpoint[type(datamodule).__qualname__])
     run.fit_loop.load_state_dict(loop_state, checkpoint.get("rng_states"))
+    max_epochs = run.config.max_epochs
+    if max_epochs not in (None, -1) and run.fit_loop.epoch > max_epochs:
+        msg = (
+            f"You restored a checkpoint with current_epoch={run.fit_loop.epoch}, but you have set "
+            f"Trainer(max_epochs={max_epochs}): {path!r} is already past the end of this fit. Raise max_epochs "
+            "to train on, or drop ckpt_path to start anew."
+        )
+        raise MisconfigurationError(msg)
     run.metrics.load_state_dict(checkpoint.get("metrics", {}), strategy.root_device)
