@@ -331,7 +331,7 @@ class LearningRateFinder(Callback):
         """Training batches for the sweep: epochs of the training data, within ``max_epochs``."""
         loader = trainer.train_dataloader
         per_epoch = trainer.num_training_batches
-        epochs = trainer.max_epochs if trainer.max_epochs > 0 else math.inf
+        epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else math.inf
         epoch = 0
         while epoch < epochs:
             for index, batch in enumerate(loader):

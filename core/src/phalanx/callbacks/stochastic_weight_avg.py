@@ -151,10 +151,12 @@ class StochasticWeightAveraging(Callback):
                 f"{len(trainer.lr_scheduler_configs)}."
             )
             raise MisconfigurationError(msg)
+        # fit has resolved max_epochs before any callback runs (1000 when unset, -1 when unbounded)
+        max_epochs = trainer.max_epochs if trainer.max_epochs is not None else -1
         if isinstance(self._swa_epoch_start, float):
-            self._swa_epoch_start = int(trainer.max_epochs * self._swa_epoch_start)
+            self._swa_epoch_start = int(max_epochs * self._swa_epoch_start)
         self._model_contains_batch_norm = self.pl_module_contains_batch_norm(pl_module)
-        self._max_epochs = trainer.max_epochs
+        self._max_epochs = max_epochs
 
     def on_train_start(self, trainer: TrainerView, pl_module: Module) -> None:
         """Start SWA here too when fit resumes in the middle of an SWA epoch (its epoch start is past)."""
