@@ -452,3 +452,16 @@ def test_every_deliberate_difference_is_documented() -> None:
         if f"`{key.replace('lightning.pytorch', 'phalanx', 1).replace(':', '.')}`" not in docs
     ]
     assert not undocumented, f"add these to docs/migrating-from-lightning.md: {undocumented}"
+
+
+def test_lightning_optimizer_pickles() -> None:
+    """torch.save(trainer) pickles the optimizer wrappers; unpickling must not recurse in attribute lookup."""
+    import pickle
+
+    import torch
+
+    from phalanx.core.optimizer import LightningOptimizer
+
+    wrapped = LightningOptimizer(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.5))
+    copy = pickle.loads(pickle.dumps(wrapped))
+    assert copy.param_groups[0]["lr"] == 0.5 and isinstance(copy.optimizer, torch.optim.SGD)

@@ -87,7 +87,12 @@ class StepOptimizer:
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.optimizer, name)
+        # read through __dict__: while unpickling, ``optimizer`` is not set yet, and asking for it
+        # here would recurse forever (torch.save(trainer) then torch.load must round-trip)
+        optimizer = self.__dict__.get("optimizer")
+        if optimizer is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(optimizer, name)
 
     def __repr__(self) -> str:
         return f"StepOptimizer({self.optimizer!r})"
