@@ -91,6 +91,7 @@ class PredictLoop:
         self.dataloaders: list[Any] = []
         self.num_batches: list[float] = []
         self._recorders: list[IndexRecordingBatchSampler | None] = []
+        self._record: PredictionRecord | None = None
 
     def setup(self, run: Run, loaders: list[Any]) -> None:
         """Prepare the dataloaders and count their batches (after ``limit_predict_batches``)."""
@@ -119,6 +120,23 @@ class PredictLoop:
     def _writers(run: Run) -> list[BasePredictionWriter]:
         return [cb for cb in run.trainer.callbacks if isinstance(cb, BasePredictionWriter)]
 
+    @property
+    def epoch_batch_indices(self) -> list[list[Any]]:
+        """Per dataloader, the dataset indices of each batch of the last predict run.
+
+        Kept, like the predictions, only when something needs them: ``return_predictions`` or a
+        writer with an epoch interval (Lightning's rule: ``[[]]`` otherwise).
+        """
+        return self._record.epoch_batch_indices if self._record is not None else []
+
+    @property
+    def predictions(self) -> list[Any]:
+        """The last predict run's outputs (a flat list for one dataloader), when they were kept."""
+        if self._record is None:
+            return []
+        kept = self._record.epoch_predictions
+        return kept[0] if len(kept) == 1 else kept
+
     def run(self, run: Run, *, return_predictions: bool) -> list[Any] | None:
         """Predict; a flat list for one dataloader, a list of lists for several."""
         strategy, hooks, model = run.strategy, run.hooks, run.trainer.model
@@ -130,6 +148,7 @@ class PredictLoop:
         record = PredictionRecord(
             epoch_batch_indices=[[] for _ in self.dataloaders], epoch_predictions=[[] for _ in self.dataloaders]
         )
+        self._record = record
         for writer in writers:
             writer.record = record
         keep = return_predictions or any(writer.interval.on_epoch for writer in writers)
@@ -148,7 +167,7 @@ class PredictLoop:
                     if writers:
                         indices = recorder.seen[batch_idx] if recorder is not None else None
                         record.current_batch_indices = indices
-                        if indices is not None:
+                        if indices is not None and keep:
                             record.epoch_batch_indices[dataloader_idx].append(indices)
                     batch = strategy.batch_to_device(batch, dataloader_idx=dataloader_idx)
                     hooks.call("on_predict_batch_start", batch, batch_idx, *extra)
