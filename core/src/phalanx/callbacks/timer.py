@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["Interval", "Timer", "parse_duration"]
 
 _FORMS = (
-    'a "DD:HH:MM:SS" string (e.g. "00:12:00:00" for 12 hours), a datetime.timedelta, '
+    'a string in the format DD:HH:MM:SS (e.g. "00:12:00:00" for 12 hours), a datetime.timedelta, '
     'or a dict of timedelta arguments (e.g. {"hours": 12})'
 )
 
@@ -110,7 +110,7 @@ class Timer(Callback):
     ) -> None:
         budget = parse_duration(duration)
         if interval not in _INTERVALS:
-            msg = f"Timer(interval={interval!r}) is not supported: pass one of {list(_INTERVALS)}"
+            msg = f"Unsupported parameter value Timer(interval={interval!r}): pass one of {list(_INTERVALS)}"
             raise MisconfigurationError(msg)
         self._duration = budget.total_seconds() if budget is not None else None
         self._interval = "step" if interval == "step" else "epoch"  # plain str, also for str-enum values
