@@ -67,6 +67,7 @@ class ThroughputMonitor(Callback):
         self._lengths: dict[RunningStage, int] = {}
         self._batches: dict[RunningStage, int] = {}
         self._iter_nums: dict[RunningStage, int] = {}
+        self._module_has_flops: bool | None = None
         Throughput(**kwargs)  # fail on bad arguments now, not at the first stage
 
     def setup(self, trainer: TrainerView, pl_module: Module, stage: str) -> None:
@@ -98,11 +99,13 @@ class ThroughputMonitor(Callback):
         if self.length_fn is not None:
             self._lengths[stage] += self.length_fn(batch)
         flops_per_batch = getattr(pl_module, "flops_per_batch", None)
-        if not hasattr(pl_module, "flops_per_batch"):
-            rank_zero_warn(
-                "When using the `ThroughputMonitor`, you need to define a `flops_per_batch` attribute or property "
-                f"in {type(pl_module).__name__} to compute the FLOPs."
-            )
+        if self._module_has_flops is None:  # asked once: one warning per callback, not one per batch
+            self._module_has_flops = hasattr(pl_module, "flops_per_batch")
+            if not self._module_has_flops:
+                rank_zero_warn(
+                    "When using the `ThroughputMonitor`, you need to define a `flops_per_batch` attribute or "
+                    f"property in {type(pl_module).__name__} to compute the FLOPs."
+                )
         self._samples[stage] += self.batch_size_fn(batch)
         self._batches[stage] += 1
         self._iter_nums[stage] = self._iter_nums.get(stage, 0) + 1
@@ -123,7 +126,7 @@ class ThroughputMonitor(Callback):
             metrics["epoch"] = trainer.current_epoch
             step = max(trainer.global_step - 1, 0)
         for logger in trainer.loggers:
-            logger.log_metrics(metrics, step)
+            logger.log_metrics(metrics=metrics, step=step)  # by keyword, as Lightning calls it
 
     @staticmethod
     def _eval_logs_now(trainer: TrainerView) -> bool:
