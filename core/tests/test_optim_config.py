@@ -30,8 +30,10 @@ def _sgd(module: nn.Module, lr: float = 0.1) -> torch.optim.Optimizer:
     return torch.optim.SGD(module.parameters(), lr=lr)
 
 
-def _parse(build: Any) -> tuple[list[torch.optim.Optimizer], list[LRSchedulerConfig]]:
-    return init_optimizers_and_lr_schedulers(Configured(build))
+def _parse(build: Any, *, automatic: bool = True) -> tuple[list[torch.optim.Optimizer], list[LRSchedulerConfig]]:
+    module = Configured(build)
+    module.automatic_optimization = automatic  # type: ignore[attr-defined]  # several optimizers need manual
+    return init_optimizers_and_lr_schedulers(module)
 
 
 def test_single_optimizer() -> None:
@@ -42,7 +44,7 @@ def test_single_optimizer() -> None:
 
 @pytest.mark.parametrize("container", [list, tuple])
 def test_list_of_optimizers(container: type) -> None:
-    optimizers, schedulers = _parse(lambda m: container([_sgd(m.layer), _sgd(m.other)]))
+    optimizers, schedulers = _parse(lambda m: container([_sgd(m.layer), _sgd(m.other)]), automatic=False)
     assert len(optimizers) == 2 and schedulers == []
 
 
@@ -84,7 +86,7 @@ def test_dict_without_scheduler_and_list_of_dicts() -> None:
         first, second = _sgd(m.layer), _sgd(m.other)
         return [{"optimizer": first, "lr_scheduler": StepLR(first, 1)}, {"optimizer": second}]
 
-    optimizers, schedulers = _parse(build)
+    optimizers, schedulers = _parse(build, automatic=False)
     assert len(optimizers) == 2 and len(schedulers) == 1
     assert schedulers[0].scheduler.optimizer is optimizers[0]
 
@@ -126,7 +128,7 @@ def test_none_means_no_optimizer() -> None:
             lambda m: {"optimizer": (o := _sgd(m)), "lr_scheduler": {"scheduler": StepLR(o, 1), "frequency": 0}},
             "frequency=0",
         ),
-        (lambda m: {"optimizer": _sgd(m), "lr_scheduler": object()}, "has no step() method"),
+        (lambda m: {"optimizer": _sgd(m), "lr_scheduler": _Stateful()}, "doesn't follow PyTorch's LRScheduler API"),
         (lambda m: [["not an optimizer"], []], "'not an optimizer'"),
         (lambda m: {"optimizer": _sgd(m), "lr_scheduler": StepLR(_sgd(m), 1)}, "did not return"),
     ],
@@ -135,6 +137,40 @@ def test_bad_shapes_are_explained(build: Any, fragment: str) -> None:
     with pytest.raises(MisconfigurationError) as info:
         _parse(build)
     assert fragment in str(info.value)
+
+
+class _Stateful:
+    """A scheduler that checkpoints but does not step like torch's."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+def test_a_scheduler_without_state_dict_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="state_dict"):
+        _parse(lambda m: {"optimizer": _sgd(m), "lr_scheduler": object()})
+
+
+def test_manual_optimization_takes_any_stateful_scheduler_and_ignores_the_stepping_keys() -> None:
+    def build(m: nn.Module) -> Any:
+        opt = _sgd(m)
+        plateau = {"scheduler": ReduceLROnPlateau(opt), "monitor": "loss", "interval": "step"}
+        return [opt, _sgd(m)], [plateau, _Stateful()]
+
+    module = Configured(build)
+    module.automatic_optimization = False  # type: ignore[attr-defined]
+    with pytest.warns(RuntimeWarning, match=r"\['monitor'\], but the keys will be ignored"):
+        optimizers, configs = init_optimizers_and_lr_schedulers(module)
+    assert len(optimizers) == 2
+    assert configs[0].interval == "step" and configs[0].monitor is None
+
+
+def test_several_optimizers_need_manual_optimization() -> None:
+    with pytest.raises(RuntimeError, match="only supported with manual optimization"):
+        _parse(lambda m: [_sgd(m), _sgd(m)])
 
 
 def test_accepted_shapes_are_listed_for_unknown_results() -> None:

@@ -179,7 +179,7 @@ def test_bad_step_outputs_and_optimizers() -> None:
         Trainer(max_steps=1, **quiet()).fit(Stringy(), loader())
     with pytest.raises(MisconfigurationError, match="'loss' key"):
         Trainer(max_steps=1, **quiet()).fit(NoLossKey(), loader())
-    with pytest.raises(MisconfigurationError, match="2 optimizers"):
+    with pytest.raises(RuntimeError, match="2 optimizers"):  # Lightning's type
         Trainer(max_steps=1, **quiet()).fit(TwoOptimizers(), loader())
     with pytest.raises(MisconfigurationError, match="no optimizer"):
         Trainer(max_steps=1, **quiet()).fit(NoneOptimizer(), loader())

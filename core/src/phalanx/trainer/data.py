@@ -316,7 +316,8 @@ def resolve_loaders(run: Run, given: Any, hook: str, argument: str, *, multiple:
         datamodule = run.datamodule
         if datamodule is not None and is_overridden(hook, datamodule, DataModule):
             given = getattr(datamodule, hook)()
-        elif is_overridden(hook, type(run.module), Module):
+        elif getattr(run.module, hook, None) is not None and is_overridden(hook, type(run.module), Module):
+            # ``model.val_dataloader = None`` on the instance means "no such loader", as in Lightning
             given = run.hooks.call_module(hook)
         if given is None:
             return []

@@ -13,21 +13,27 @@ optimizer state needs :func:`optimizers_to_device`.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.optim import Optimizer
-from torch.optim.lr_scheduler import ReduceLROnPlateau
+from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
+from phalanx._module_hooks import ModuleHooks
 from phalanx.errors import MisconfigurationError, closest_match
+from phalanx.utilities.model_helpers import is_overridden
+from phalanx.utilities.rank_zero import rank_zero_warn
 
 __all__ = ["LRSchedulerConfig", "init_optimizers_and_lr_schedulers", "optimizers_to_device"]
 
 _INTERVALS = ("epoch", "step")
 _OPTIMIZER_DICT_KEYS = ("optimizer", "lr_scheduler", "monitor")
 _SCHEDULER_DICT_KEYS = ("scheduler", "interval", "frequency", "monitor", "name", "strict")
+#: Keys that only tell the Trainer how to step a scheduler; manual optimization steps its own.
+_MANUAL_IGNORED_KEYS = ("monitor", "strict")
 _ACCEPTED_SHAPES = (
     "an Optimizer; a list/tuple of Optimizers; a pair ([optimizers], [schedulers]); "
     'a dict {"optimizer": opt, "lr_scheduler": scheduler or {"scheduler": ..., "interval": ..., '
@@ -68,12 +74,6 @@ class LRSchedulerConfig:
                 "Return e.g. 'frequency': 1 from configure_optimizers."
             )
             raise MisconfigurationError(msg)
-        if not callable(getattr(self.scheduler, "step", None)):
-            msg = (
-                f"lr scheduler {self.scheduler!r} (type {type(self.scheduler).__name__}) has no step() "
-                "method; pass a torch.optim.lr_scheduler object or anything with step()."
-            )
-            raise MisconfigurationError(msg)
 
     @property
     def reduce_on_plateau(self) -> bool:
@@ -93,7 +93,22 @@ def _check_keys(given: Mapping[str, Any], valid: Sequence[str], what: str) -> No
             raise MisconfigurationError(msg)
 
 
-def _scheduler_config(scheduler: Any, monitor: str | None = None) -> LRSchedulerConfig:
+def _scheduler_config(scheduler: Any, monitor: str | None = None, *, manual: bool = False) -> LRSchedulerConfig:
+    if manual:
+        # Manual optimization steps its schedulers itself: how the Trainer would step one means
+        # nothing (a warning says so, as in Lightning); ``interval`` stays, LearningRateMonitor reads it.
+        if not isinstance(scheduler, Mapping):
+            return LRSchedulerConfig(scheduler=scheduler)
+        _check_keys(scheduler, _SCHEDULER_DICT_KEYS, "lr scheduler dict")
+        ignored = [key for key in scheduler if key in _MANUAL_IGNORED_KEYS]
+        if ignored:
+            rank_zero_warn(
+                f"The lr scheduler dict contains the key(s) {ignored}, but the keys will be ignored. You need to "
+                "call `lr_scheduler.step()` manually in manual optimization.",
+                category=RuntimeWarning,
+            )
+        scheduler = {key: value for key, value in scheduler.items() if key not in _MANUAL_IGNORED_KEYS}
+        monitor = None
     if isinstance(scheduler, Mapping):
         _check_keys(scheduler, _SCHEDULER_DICT_KEYS, "lr scheduler dict")
         if "scheduler" not in scheduler:
@@ -107,7 +122,7 @@ def _scheduler_config(scheduler: Any, monitor: str | None = None) -> LRScheduler
         config = LRSchedulerConfig(**options)
     else:
         config = LRSchedulerConfig(scheduler=scheduler, monitor=monitor)
-    if config.reduce_on_plateau and config.monitor is None:
+    if config.reduce_on_plateau and config.monitor is None and not manual:
         msg = (
             "ReduceLROnPlateau needs a metric to monitor, but configure_optimizers gave none; return "
             '{"optimizer": opt, "lr_scheduler": {"scheduler": sched, "monitor": "val_loss"}}.'
@@ -116,7 +131,9 @@ def _scheduler_config(scheduler: Any, monitor: str | None = None) -> LRScheduler
     return config
 
 
-def _from_optimizer_dict(config: Mapping[str, Any]) -> tuple[Optimizer, LRSchedulerConfig | None]:
+def _from_optimizer_dict(
+    config: Mapping[str, Any], *, manual: bool = False
+) -> tuple[Optimizer, LRSchedulerConfig | None]:
     _check_keys(config, _OPTIMIZER_DICT_KEYS, "optimizer dict")
     optimizer = config.get("optimizer")
     if not isinstance(optimizer, Optimizer):
@@ -128,23 +145,23 @@ def _from_optimizer_dict(config: Mapping[str, Any]) -> tuple[Optimizer, LRSchedu
     scheduler = config.get("lr_scheduler")
     if scheduler is None:
         return optimizer, None
-    return optimizer, _scheduler_config(scheduler, config.get("monitor"))
+    return optimizer, _scheduler_config(scheduler, config.get("monitor"), manual=manual)
 
 
-def _parse(result: Any) -> tuple[list[Optimizer], list[LRSchedulerConfig]]:
+def _parse(result: Any, *, manual: bool = False) -> tuple[list[Optimizer], list[LRSchedulerConfig]]:
     if result is None:
         return [], []
     if isinstance(result, Optimizer):
         return [result], []
     if isinstance(result, Mapping):
-        optimizer, config = _from_optimizer_dict(result)
+        optimizer, config = _from_optimizer_dict(result, manual=manual)
         return [optimizer], [config] if config is not None else []
     if isinstance(result, (list, tuple)):
         items = list(result)
         if all(isinstance(item, Optimizer) for item in items):
             return items, []
         if all(isinstance(item, Mapping) for item in items):
-            pairs = [_from_optimizer_dict(item) for item in items]
+            pairs = [_from_optimizer_dict(item, manual=manual) for item in items]
             return [opt for opt, _ in pairs], [cfg for _, cfg in pairs if cfg is not None]
         if len(items) == 2 and all(isinstance(item, (list, tuple)) for item in items):
             optimizers, schedulers = list(items[0]), list(items[1])
@@ -156,7 +173,7 @@ def _parse(result: Any) -> tuple[list[Optimizer], list[LRSchedulerConfig]]:
                     f"Accepted shapes: {_ACCEPTED_SHAPES}."
                 )
                 raise MisconfigurationError(msg)
-            return optimizers, [_scheduler_config(item) for item in schedulers]
+            return optimizers, [_scheduler_config(item, manual=manual) for item in schedulers]
     msg = (
         f"configure_optimizers returned {result!r} (type {type(result).__name__}), which phalanx "
         f"cannot interpret. Accepted shapes: {_ACCEPTED_SHAPES}."
@@ -175,6 +192,54 @@ def _check_scheduler_optimizers(optimizers: list[Optimizer], configs: list[LRSch
                 "optimizer too, or build the scheduler on one of the returned optimizers."
             )
             raise MisconfigurationError(msg)
+
+
+def _check_scheduler_api(configs: list[LRSchedulerConfig], module: Any, *, manual: bool) -> None:
+    """Schedulers are checkpointed, so each needs ``state_dict``; the Trainer steps them only in automatic mode."""
+    for config in configs:
+        scheduler = config.scheduler
+        name = type(scheduler).__name__
+        if not (
+            callable(getattr(scheduler, "state_dict", None)) and callable(getattr(scheduler, "load_state_dict", None))
+        ):
+            msg = (
+                f"The provided lr scheduler `{name}` is invalid: it has no state_dict() and load_state_dict() "
+                "methods, which checkpointing needs. Use a torch.optim.lr_scheduler class or add both methods."
+            )
+            raise TypeError(msg)
+        if manual or isinstance(scheduler, (LRScheduler, ReduceLROnPlateau)):
+            continue
+        custom_step = hasattr(module, "lr_scheduler_step") and is_overridden("lr_scheduler_step", module, ModuleHooks)
+        if not custom_step:
+            msg = (
+                f"The provided lr scheduler `{name}` doesn't follow PyTorch's LRScheduler API, so the Trainer "
+                "cannot step it; override `Module.lr_scheduler_step(scheduler, metric)` to step it yourself."
+            )
+            raise MisconfigurationError(msg)
+
+
+def _check_multiple_optimizers(module: Any, optimizers: list[Optimizer], *, manual: bool) -> None:
+    """Automatic optimization steps one optimizer per batch; several (a GAN) need manual optimization."""
+    training_step = getattr(module, "training_step", None)
+    if training_step is not None:
+        try:
+            parameters = inspect.signature(training_step).parameters
+        except (TypeError, ValueError):
+            parameters = {}  # type: ignore[assignment]
+        if "optimizer_idx" in parameters:
+            msg = (
+                "Training with multiple optimizers is only supported with manual optimization. Remove the "
+                "`optimizer_idx` argument from `training_step`, set `self.automatic_optimization = False` and "
+                "access your optimizers in `training_step` with `opt1, opt2, ... = self.optimizers()`."
+            )
+            raise RuntimeError(msg)
+    if not manual and len(optimizers) > 1:
+        msg = (
+            f"configure_optimizers returned {len(optimizers)} optimizers, but training with multiple optimizers "
+            "is only supported with manual optimization. Set `self.automatic_optimization = False`, then access "
+            "your optimizers in `training_step` with `opt1, opt2, ... = self.optimizers()`."
+        )
+        raise RuntimeError(msg)
 
 
 def init_optimizers_and_lr_schedulers(module: Any) -> tuple[list[Optimizer], list[LRSchedulerConfig]]:
@@ -198,8 +263,11 @@ def init_optimizers_and_lr_schedulers(module: Any) -> tuple[list[Optimizer], lis
             "define configure_optimizers(self) returning e.g. torch.optim.SGD(self.parameters(), lr=0.1)."
         )
         raise MisconfigurationError(msg)
-    optimizers, configs = _parse(configure())
+    manual = not getattr(module, "automatic_optimization", True)
+    optimizers, configs = _parse(configure(), manual=manual)
+    _check_multiple_optimizers(module, optimizers, manual=manual)
     _check_scheduler_optimizers(optimizers, configs)
+    _check_scheduler_api(configs, module, manual=manual)
     return optimizers, configs
 
 
