@@ -161,7 +161,15 @@ def add_default_callbacks(
         raise MisconfigurationError(msg)
     callbacks = list(callbacks)
     if config.enable_model_summary and not any(isinstance(cb, ModelSummary) for cb in callbacks):
-        callbacks.append(ModelSummary())
+        # with the rich bar, the rich summary (rich is installed: the bar needed it), as Lightning
+        from phalanx.callbacks.rich_progress import RichProgressBar
+
+        if any(isinstance(cb, RichProgressBar) for cb in callbacks):
+            from phalanx.callbacks.rich_model_summary import RichModelSummary
+
+            callbacks.append(RichModelSummary())
+        else:
+            callbacks.append(ModelSummary())
     if bar_on and not has_bar:
         callbacks.append(TQDMProgressBar())
     if config.max_time is not None:
