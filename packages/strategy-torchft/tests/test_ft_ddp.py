@@ -88,7 +88,8 @@ def test_killed_group_is_dropped_restarted_and_healed(tmp_path: Path) -> None:
     first step alone before it joins. On an idle machine it is otherwise back within the stall,
     joins step 5's quorum and no step runs alone, so whether the drop was tested would depend on
     the machine. While alone the survivor sleeps 0.5 s per step (``alone_sleep``), which gives the
-    restarted group about 20 s to find it still training, and costs nothing once both are back.
+    restarted group about 30 s (the 42 steps from step 6) to find it still training, and costs
+    nothing once both are back.
     """
     job = start_fit(
         tmp_path, 8, timeout=TIMEOUT, quorum_timeout=60, kill_group=1, kill_step=4, step_sleep=0.2,
