@@ -253,3 +253,20 @@ def test_checkpoint_hooks_and_configure_model(tmp_path: Any) -> None:
     restored = Lazy()
     Trainer(max_steps=2, precision="64-true", **quiet()).fit(restored, loader(), ckpt_path=tmp_path / "lazy.ckpt")
     assert restored.events == ["configure_model:torch.float64", "load:42"]
+
+
+def test_a_mock_callback_records_every_hook() -> None:
+    """``Mock(spec=Callback)`` records the Trainer's calls (hooks left at the no-op default are skipped otherwise)."""
+    from unittest.mock import Mock
+
+    from trainer_helpers import Net, loader
+
+    from phalanx.callbacks import Callback
+    from phalanx.trainer.trainer import Trainer
+
+    recorder = Mock(spec=Callback)
+    Trainer(accelerator="cpu", max_steps=1, callbacks=[recorder], logger=False, enable_checkpointing=False,
+            enable_progress_bar=False, enable_model_summary=False).fit(Net(), loader(n=8))  # fmt: skip
+    called = [call[0] for call in recorder.method_calls]
+    assert called[0] == "setup" and called[-1] == "teardown"
+    assert {"on_fit_start", "on_train_start", "on_train_batch_start", "on_train_batch_end", "on_fit_end"} <= set(called)
