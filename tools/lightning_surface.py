@@ -66,14 +66,35 @@ _RICH_COLUMNS = (
     "phalanx's RichProgressBar draws with rich's own columns, styled by RichProgressBarTheme"
 )
 
+_LOOP_OBJECTS = (
+    "Lightning's loop objects (fit/epoch/evaluation loops, their restart stages, progress trackers, data fetchers, "
+    "closure result records) are its internal machinery; phalanx's step pipeline is phalanx.trainer.fit_loop and "
+    "phalanx.trainer.step, with no loop objects to replace or restart"
+)
+
 #: Lightning's public module paths or names that phalanx does not provide on purpose, with why.
 #: A key is a module path (the module and everything below it) or ``"module:Name"``; the same text
 #: is the table at the end of docs/migrating-from-lightning.md.
 DIFFERENCES: dict[str, str] = {
     # Lightning's internals: modules whose public names are its loop and connector machinery.
-    "lightning.pytorch.loops": "Lightning's loop objects (fit/epoch/evaluation loops, closures, progress trackers, "
-    "restart stages) are its internal machinery; phalanx's step pipeline is phalanx.trainer.fit_loop and "
-    "phalanx.trainer.step, with no loop objects to replace or restart",
+    # phalanx.loops offers optimization.automatic.Closure and utilities.check_finite_loss; the rest is
+    # Lightning's loop objects.
+    **{
+        f"lightning.pytorch.loops.{path}": _LOOP_OBJECTS
+        for path in (
+            "loop",
+            "fit_loop",
+            "training_epoch_loop",
+            "evaluation_loop",
+            "prediction_loop",
+            "fetchers",
+            "progress",
+            "optimization.closure",
+            "optimization.manual",
+        )
+    },
+    "lightning.pytorch.loops.optimization.automatic:ClosureResult": "the record Lightning's closure returns "
+    "internally; phalanx's Closure returns the loss, as optimizer.step(closure) expects",
     "lightning.pytorch.trainer.connectors": "the Trainer's private helpers (no public names); phalanx's are "
     "phalanx.trainer.strategy_resolution, .data, .checkpointing, .metrics",
     "lightning.pytorch.trainer.call": "private Trainer helpers (no public names)",

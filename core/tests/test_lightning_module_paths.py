@@ -159,8 +159,9 @@ def test_subpackages_are_attributes_of_the_package() -> None:
 
     assert phalanx.callbacks.EarlyStopping is _resolve("phalanx.callbacks.early_stopping:EarlyStopping")
     assert phalanx.plugins.precision.HalfPrecision is _resolve("phalanx.precision:HalfPrecision")
-    with pytest.raises(AttributeError, match="loops"):
-        phalanx.loops  # noqa: B018 - a deliberate gap: Lightning's loop objects
+    assert phalanx.loops.__name__ == "phalanx.loops"
+    with pytest.raises(AttributeError, match="no_such_subpackage"):
+        phalanx.no_such_subpackage  # type: ignore[attr-defined]  # noqa: B018
 
 
 # ------------------------------------------------------------------------------------------ exceptions
@@ -465,3 +466,48 @@ def test_lightning_optimizer_pickles() -> None:
     wrapped = LightningOptimizer(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.5))
     copy = pickle.loads(pickle.dumps(wrapped))
     assert copy.param_groups[0]["lr"] == 0.5 and isinstance(copy.optimizer, torch.optim.SGD)
+
+
+def test_lightning_optimizer_is_an_instance_of_the_optimizer_class_and_writes_through() -> None:
+    """As in Lightning, the wrapper passes isinstance checks; unlike a copy, it never drifts from the optimizer."""
+    import copy
+
+    import torch
+
+    from phalanx.core.optimizer import LightningOptimizer
+
+    optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    wrapped = LightningOptimizer(optimizer)
+    assert isinstance(wrapped, torch.optim.Adam) and isinstance(wrapped, LightningOptimizer)
+    assert type(wrapped).__name__ == "LightningAdam" and str(wrapped) == "Lightning" + str(optimizer)
+    state = copy.deepcopy(optimizer.state_dict())
+    state["param_groups"][0]["lr"] = 1.0
+    wrapped.load_state_dict(state)  # the optimizer's own method, on the optimizer
+    assert optimizer.param_groups[0]["lr"] == 1.0 and wrapped.param_groups is optimizer.param_groups
+    wrapped.defaults = {"lr": 2.0}
+    assert optimizer.defaults == {"lr": 2.0}
+    assert type(LightningOptimizer(torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))]))) is type(wrapped)
+
+
+def test_loops_closure_is_what_optimizer_step_receives() -> None:
+    import torch
+
+    from phalanx import Trainer
+    from phalanx.demos import BoringModel
+    from phalanx.loops.optimization.automatic import Closure
+    from phalanx.loops.utilities import check_finite_loss
+
+    seen: list[object] = []
+
+    class Model(BoringModel):
+        def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+            seen.append(optimizer_closure)
+            optimizer.step(closure=optimizer_closure)
+
+    trainer = Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(Model())
+    assert len(seen) == 1 and isinstance(seen[0], Closure)
+    check_finite_loss(torch.tensor(1.0))
+    check_finite_loss(None)
+    with pytest.raises(ValueError, match="not finite"):
+        check_finite_loss(torch.tensor(float("nan")))

@@ -50,6 +50,7 @@ _SUBPACKAGES = frozenset(
         "callbacks",
         "core",
         "loggers",
+        "loops",
         "plugins",
         "profilers",
         "strategies",

@@ -54,12 +54,23 @@ class StepOptimizer:
     through the strategy, so precision scaling and strategy logic apply to manual calls too.
 
     Lightning's ``LightningOptimizer`` (``phalanx.core.optimizer.LightningOptimizer`` is this class).
-    Attribute reads other than its own go to the wrapped ``optimizer`` (``param_groups``, ``state``).
+    As in Lightning, each wrapper's class is made a subclass of the wrapped optimizer's
+    (``LightningSGD``), so ``isinstance(opt, torch.optim.SGD)`` holds and code written against the
+    optimizer's type keeps working. Unlike a plain subclass, every attribute other than the wrapper's
+    own is the wrapped ``optimizer``'s, read *and* written (``param_groups``, ``state``,
+    ``load_state_dict``): the wrapper holds no optimizer state of its own, so it can never drift from
+    the optimizer the strategy steps and checkpoints.
     """
 
+    optimizer: Optimizer
+    _run: Run | None
+
     def __init__(self, optimizer: Optimizer, run: Run | None = None) -> None:
-        self.optimizer = optimizer
-        self._run = run
+        object.__setattr__(self, "optimizer", optimizer)
+        object.__setattr__(self, "_run", run)
+        cls = _wrapper_base(type(self))
+        if isinstance(optimizer, Optimizer):
+            object.__setattr__(self, "__class__", _imitating_class(cls, type(optimizer)))
 
     def step(self, closure: Any = None, **kwargs: Any) -> Any:
         """Step through ``strategy.optimizer_step``; counts an optimizer step in manual optimization.
@@ -86,16 +97,64 @@ class StepOptimizer:
         """Reset gradients."""
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattribute__(self, name: str) -> Any:
+        # The imitated optimizer class sits in the MRO (for isinstance), but its methods and attributes
+        # must act on the wrapped optimizer, not on this empty shell: only the wrapper's own names
+        # (and dunders, which Python looks up on the type anyway) are looked up here.
+        if name.startswith("__") or name in _wrapper_names(type(self)):
+            return object.__getattribute__(self, name)
         # read through __dict__: while unpickling, ``optimizer`` is not set yet, and asking for it
         # here would recurse forever (torch.save(trainer) then torch.load must round-trip)
-        optimizer = self.__dict__.get("optimizer")
+        optimizer = object.__getattribute__(self, "__dict__").get("optimizer")
         if optimizer is None:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            return object.__getattribute__(self, name)
         return getattr(optimizer, name)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _wrapper_names(type(self)) or "optimizer" not in self.__dict__:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.optimizer, name, value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # the imitating class is made at run time and cannot be pickled by name: rebuild it on load
+        return (_wrapper_base(type(self)), (self.optimizer, self._run))
+
     def __repr__(self) -> str:
-        return f"StepOptimizer({self.optimizer!r})"
+        return f"Lightning{self.optimizer!r}"
+
+
+def _wrapper_base(cls: type) -> type:
+    """The wrapper class an imitating class was made from (``cls`` itself for one not made so)."""
+    return cls.__dict__.get("_wrapper_base", cls)  # type: ignore[no-any-return]
+
+
+def _wrapper_names(cls: type) -> frozenset[str]:
+    """The names the wrapper classes (not the imitated optimizer class) define, cached per class."""
+    cached = cls.__dict__.get("_wrapper_names_cache")
+    if cached is None:
+        base = _wrapper_base(cls)
+        names = {"optimizer", "_run"}
+        for klass in base.__mro__:
+            if klass is not object:
+                names.update(klass.__dict__)
+        cached = frozenset(names)
+        type.__setattr__(cls, "_wrapper_names_cache", cached)
+    return cached  # type: ignore[no-any-return]
+
+
+_IMITATING: dict[tuple[type, type], type] = {}
+
+
+def _imitating_class(wrapper: type, optimizer_class: type) -> type:
+    """``Lightning<Optimizer>``: a subclass of both, made once per pair."""
+    key = (wrapper, optimizer_class)
+    made = _IMITATING.get(key)
+    if made is None:
+        namespace = {"_wrapper_base": wrapper, "__module__": wrapper.__module__}
+        made = type(f"Lightning{optimizer_class.__name__}", (wrapper, optimizer_class), namespace)
+        _IMITATING[key] = made
+    return made
 
 
 def _noop() -> None:
