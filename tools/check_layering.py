@@ -57,7 +57,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tools and façades", ("phalanx._builtin", "phalanx.testing", "phalanx._cli", "phalanx.cli", "phalanx.tuner",
                            "phalanx.utilities", "phalanx.__init__",
                            # Lightning's module paths (the rename rule) that re-export from any layer below
-                           "phalanx.core", "phalanx.plugins", "phalanx.utilities.parsing",
+                           "phalanx.core", "phalanx.loops", "phalanx.plugins", "phalanx.utilities.parsing",
                            "phalanx.utilities.model_summary", "phalanx.utilities.deepspeed", "phalanx.demos")),
 )  # fmt: skip
 
