@@ -17,6 +17,7 @@ so itself with ``@pytest.mark.processes``. Without xdist the plugin changes noth
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 from pathlib import Path
@@ -30,8 +31,9 @@ __all__ = ["GROUP", "STARTS_PROCESSES", "starts_processes"]
 GROUP = "processes"
 #: Calls in a test module's source that start processes.
 STARTS_PROCESSES = re.compile(
-    r"\b(subprocess|Popen|Job\(|run_command|run_script|run_python|run_job|run_case|start_fit|measure\(|"
-    r"multiprocessing|mp\.spawn|start_processes|torchrun|pytester\.runpytest_subprocess)"
+    r"\b(subprocess|Popen|Job\(|run_command|run_script|run_python|run_job|run_case|run_kit|run_phalanx|run_torch_ranks|"
+    r"run_in_background|start_fit|start_job|measure\(|multiprocessing|mp\.spawn|start_processes|torchrun|"
+    r"pytester\.runpytest_subprocess)"
 )
 _by_path: dict[Path, bool] = {}
 
@@ -72,6 +74,23 @@ def pytest_configure_node(node: Any) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not (getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput")):
         return  # not under xdist: nothing to share
+    root = config.rootpath
     for item in items:
-        if item.get_closest_marker("processes") or starts_processes(Path(str(item.fspath))):
+        if item.get_closest_marker("processes") or any(starts_processes(path) for path in _sources(item, root)):
             item.add_marker(pytest.mark.xdist_group(GROUP))
+
+
+def _sources(item: pytest.Item, root: Path) -> list[Path]:
+    """The test's module and the conftest.py files below ``root`` defining fixtures it uses (a session
+    fixture that runs a job makes each test using it a process-starting test)."""
+    paths = [Path(str(item.fspath))]
+    info = getattr(item, "_fixtureinfo", None)  # pytest's per-item fixture closure (no public accessor)
+    for defs in info.name2fixturedefs.values() if info is not None else ():
+        for fixturedef in defs:
+            try:
+                path = Path(inspect.getsourcefile(fixturedef.func) or "")
+            except TypeError:
+                continue
+            if path.name == "conftest.py" and path.is_relative_to(root):
+                paths.append(path)
+    return paths
