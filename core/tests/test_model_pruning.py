@@ -277,13 +277,13 @@ def test_make_pruning_permanent_removes_masks_and_checkpoints_plain_weights(tmp_
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"pruning_fn": "l2_unstructured"}, r"valid names are \['ln_structured', 'l1_unstructured', 'random_s"),
+        ({"pruning_fn": "l2_unstructured"}, r"expected to be a str in \['ln_structured', 'l1_unstructured', 'random_s"),
         ({"pruning_fn": "ln_structured", "use_global_unstructured": False}, "pruning_dim"),
         ({"pruning_fn": "ln_structured", "pruning_dim": 0, "use_global_unstructured": False}, "pruning_norm"),
         ({"pruning_fn": "random_structured", "pruning_dim": 0}, "use_global_unstructured=False"),
         ({"pruning_fn": prune.L1Unstructured, "use_global_unstructured": False}, "use_global_unstructured=True"),
         ({"pruning_fn": prune.l1_unstructured}, "use_global_unstructured=False"),
-        ({"pruning_fn": "l1_unstructured", "parameter_names": ["gamma"]}, r"\['weight', 'bias'\]"),
+        ({"pruning_fn": "l1_unstructured", "parameter_names": ["gamma"]}, r"gamma isn't in \('weight', 'bias'\)"),
         ({"pruning_fn": "l1_unstructured", "amount": "half"}, "amount='half'"),
         ({"pruning_fn": "l1_unstructured", "verbose": 3}, "verbose=3"),
     ],

@@ -132,7 +132,7 @@ class ModelPruning(Callback):
         for name in self._parameter_names:
             if name not in self.PARAMETER_NAMES:
                 msg = (
-                    f"ModelPruning(parameter_names=...) got {name!r}; valid names are {list(self.PARAMETER_NAMES)}. "
+                    f"ModelPruning(parameter_names=...): {name} isn't in {self.PARAMETER_NAMES}, the valid names. "
                     "Fix: pass e.g. parameter_names=['weight'], or list other tensors in parameters_to_prune."
                 )
                 raise MisconfigurationError(msg)
@@ -147,7 +147,10 @@ class ModelPruning(Callback):
             raise MisconfigurationError(msg)
         self.amount = amount
         if verbose not in (0, 1, 2):
-            msg = f"ModelPruning(verbose={verbose!r}) must be 0 (silent), 1 (overall sparsity) or 2 (per tensor)."
+            msg = (
+                f"ModelPruning(verbose={verbose!r}) must be any of (0, 1, 2): 0 silent, 1 overall sparsity, 2 per "
+                "tensor."
+            )
             raise MisconfigurationError(msg)
         self._verbose = verbose
 
@@ -160,18 +163,24 @@ class ModelPruning(Callback):
             if key not in _PYTORCH_PRUNING:
                 msg = (
                     f"ModelPruning(pruning_fn={pruning_fn!r}) is not one of PyTorch's built-in pruning functions; "
-                    f"valid names are {names}. Fix: pass one of them, or a torch.nn.utils.prune.BasePruningMethod "
+                    f"expected to be a str in {names}. Fix: pass one of them, or a torch.nn.utils.prune.BasePruningMethod "
                     "subclass."
                 )
                 raise MisconfigurationError(msg)
             kwargs: dict[str, Any] = {}
             if key.endswith("_structured"):
                 if dim is None:
-                    msg = f"ModelPruning(pruning_fn={key!r}) prunes whole slices; pass pruning_dim (e.g. 0: rows)."
+                    msg = (
+                        f"ModelPruning(pruning_fn={key!r}) prunes whole slices, so pruning_dim should be provided "
+                        "(e.g. 0: rows)."
+                    )
                     raise MisconfigurationError(msg)
                 if key == "ln_structured":
                     if norm is None:
-                        msg = "ModelPruning(pruning_fn='ln_structured') needs pruning_norm (e.g. 1 or 2)."
+                        msg = (
+                            "When requesting `ln_structured` pruning, the `pruning_norm` should be provided (e.g. 1 "
+                            "or 2): ModelPruning(pruning_fn='ln_structured', pruning_norm=...)."
+                        )
                         raise MisconfigurationError(msg)
                     kwargs["n"] = norm
                 kwargs["dim"] = dim
@@ -180,7 +189,7 @@ class ModelPruning(Callback):
             if not self._use_global_unstructured:
                 msg = (
                     f"ModelPruning(pruning_fn={pruning_fn.__name__}) with use_global_unstructured=False: a "
-                    "BasePruningMethod class is only supported with use_global_unstructured=True. Fix: set it to "
+                    "BasePruningMethod class is currently only supported with `use_global_unstructured=True`. Fix: set it to "
                     f"True, or pass a pruning function or one of {names}."
                 )
                 raise MisconfigurationError(msg)
@@ -199,7 +208,7 @@ class ModelPruning(Callback):
         pruning_type = getattr(resolved, "PRUNING_TYPE", None)
         if self._use_global_unstructured and pruning_type != "unstructured":
             msg = (
-                f"ModelPruning(use_global_unstructured=True) needs an 'unstructured' pruning method; "
+                f"Only the 'unstructured' PRUNING_TYPE is supported with `use_global_unstructured=True`; "
                 f"{self._pruning_method_name} has PRUNING_TYPE={pruning_type!r}. Fix: pass "
                 "use_global_unstructured=False, or an unstructured method such as 'l1_unstructured'."
             )
