@@ -241,6 +241,28 @@ def test_trainer_members() -> None:
     assert trainer.interrupted
 
 
+def test_ctrl_c_in_a_single_process_ends_gracefully_with_exit_code_1() -> None:
+    """Lightning's graceful shutdown: INTERRUPTED, on_exception and teardown, then SystemExit(1)."""
+    seen: list[str] = []
+
+    class CtrlC(Callback):
+        def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+            raise KeyboardInterrupt
+
+        def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+            seen.append(type(exception).__name__)
+
+        def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+            seen.append(f"teardown {stage}")
+
+    trainer = Trainer(**quiet(max_epochs=1, callbacks=[CtrlC()]))
+    with pytest.raises(SystemExit) as info:
+        trainer.fit(Net(), loader())
+    assert info.value.code == 1
+    assert trainer.interrupted and trainer.state.status == "interrupted"
+    assert seen == ["KeyboardInterrupt", "teardown fit"]
+
+
 def test_hparams_reach_logger_and_checkpoint(tmp_path: Any) -> None:
     class Hyper(Net):
         def __init__(self, lr: float = 0.05, width: int = 16) -> None:
@@ -298,8 +320,3 @@ def test_configure_sharded_model_is_still_called() -> None:
     trainer = Trainer(**quiet(max_epochs=1))
     trainer.fit(model, loader(n=8))
     assert isinstance(model.head, nn.Linear) and trainer.global_step == 2
-
-
-def test_time_based_validation_interval_is_refused_with_the_alternative() -> None:
-    with pytest.raises(MisconfigurationError, match=r"time-based validation is not implemented.*val_check_interval=500"):
-        Trainer(val_check_interval="00:00:30:00")

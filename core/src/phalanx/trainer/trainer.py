@@ -325,10 +325,21 @@ class Trainer(TrainerProperties):
         self._datamodule = loaders.get("datamodule")
         self._ckpt_path = ckpt_path
         launcher = self._strategy.launcher
-        if launcher is not None:
-            self.run = None  # a stage that runs in other processes leaves no Run in this one
-            return launcher.launch(self._run_stage, fn, model, loaders, ckpt_path, options, trainer=self)
-        return self._run_stage(fn, model, loaders, ckpt_path, options)
+        try:
+            if launcher is not None:
+                self.run = None  # a stage that runs in other processes leaves no Run in this one
+                return launcher.launch(self._run_stage, fn, model, loaders, ckpt_path, options, trainer=self)
+            return self._run_stage(fn, model, loaders, ckpt_path, options)
+        except KeyboardInterrupt:
+            # Lightning's graceful Ctrl-C: the stage has already set the status to INTERRUPTED, run
+            # the callbacks' on_exception and torn down; what is left is to end the script with 1.
+            # Several processes keep the launchers' stop (every rank ends, the job exits 130): a
+            # rank exiting 1 would read to the launcher as a failed rank, not an interrupted job.
+            if self.world_size > 1:
+                raise
+            self._state.status = TrainerStatus.INTERRUPTED
+            rank_zero_info("\nDetected KeyboardInterrupt, attempting graceful shutdown ...")
+            raise SystemExit(1) from None
 
     def _run_stage(
         self, fn: TrainerFn, model: Any, loaders: dict[str, Any], ckpt_path: str | None, options: dict[str, Any]
