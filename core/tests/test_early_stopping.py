@@ -270,7 +270,7 @@ def test_non_strict_missing_metric_skips_and_warns_when_verbose(tmp_path: Path) 
 
 # ------------------------------------------------------------------ configuration
 def test_invalid_mode_names_value_choices_and_fix() -> None:
-    with pytest.raises(MisconfigurationError, match=r"mode='auto'.*\['min', 'max'\].*mode='min'"):
+    with pytest.raises(MisconfigurationError, match=r"mode='auto'.*'min', 'max', got auto.*mode='min'"):
         EarlyStopping("score", mode="auto")
     with pytest.raises(MisconfigurationError, match="monitor=None"):
         EarlyStopping(None)  # type: ignore[arg-type]

@@ -113,9 +113,9 @@ def test_missing_epoch_zero_means_no_accumulation_until_the_first_key() -> None:
     ("scheduling", "error", "match"),
     [
         ({}, TypeError, "empty schedule"),
-        ({-1: 2}, MisconfigurationError, r"epochs should be ints >= 0.*\[-1\]"),
-        ({0: 0}, MisconfigurationError, r"factors should be ints > 0.*\[0\]"),
-        ({0: 1.5}, MisconfigurationError, r"factors should be ints > 0"),
+        ({-1: 2}, MisconfigurationError, r"Epoch should be an int >= 0.*\[-1\]"),
+        ({0: 0}, MisconfigurationError, r"Accumulation factor should be an int > 0.*\[0\]"),
+        ({0: 1.5}, MisconfigurationError, r"Accumulation factor should be an int > 0"),
     ],
 )
 def test_invalid_schedules_are_refused(scheduling: dict[Any, Any], error: type[Exception], match: str) -> None:

@@ -119,7 +119,8 @@ class EarlyStopping(Callback):
             raise MisconfigurationError(msg)
         if mode not in _MODES:
             msg = (
-                f"EarlyStopping(mode={mode!r}) is invalid; valid values are {list(_MODES)}. Fix: pass "
+                f"EarlyStopping(mode={mode!r}) is invalid: `mode` can be {', '.join(map(repr, _MODES))}, got {mode}. "
+                "Fix: pass "
                 "mode='min' when lower is better (a loss) or mode='max' when higher is better (an accuracy)."
             )
             raise MisconfigurationError(msg)

@@ -58,13 +58,13 @@ class GradientAccumulationScheduler(Callback):
             raise TypeError(msg)
         if any(isinstance(key, bool) or not isinstance(key, int) or key < 0 for key in scheduling):
             msg = (
-                f"GradientAccumulationScheduler: epochs should be ints >= 0 (zero-indexed). Got {list(scheduling)}. "
+                f"GradientAccumulationScheduler: Epoch should be an int >= 0 (zero-indexed). Got {list(scheduling)}. "
                 "Fix: use keys like {0: 1, 4: 2}."
             )
             raise MisconfigurationError(msg)
         if any(isinstance(value, bool) or not isinstance(value, int) or value < 1 for value in scheduling.values()):
             msg = (
-                "GradientAccumulationScheduler: accumulation factors should be ints > 0 (1: no accumulation). "
+                "GradientAccumulationScheduler: Accumulation factor should be an int > 0 (1: no accumulation). "
                 f"Got {list(scheduling.values())}. Fix: use values like {{0: 1, 4: 2}}."
             )
             raise MisconfigurationError(msg)
@@ -115,9 +115,9 @@ class GradientAccumulationScheduler(Callback):
             raise RuntimeError(msg)
         if trainer.accumulate_grad_batches != 1:
             msg = (
-                f"You have set `accumulate_grad_batches={trainer.accumulate_grad_batches}` and are using the "
-                "`GradientAccumulationScheduler` callback. Either remove `accumulate_grad_batches` from the Trainer "
-                "or remove the callback."
+                "You have set `accumulate_grad_batches` and are using the `GradientAccumulationScheduler` callback "
+                f"(Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches})). Either remove "
+                "`accumulate_grad_batches` from the Trainer or remove the callback."
             )
             raise ValueError(msg)
         trainer.accumulate_grad_batches = self.get_accumulate_grad_batches(trainer.current_epoch)
