@@ -157,7 +157,10 @@ def add_default_callbacks(
         msg = "Trainer(enable_checkpointing=False) conflicts with the ModelCheckpoint in callbacks; drop one of them."
         raise MisconfigurationError(msg)
     if has_bar and not bar_on:
-        msg = "Trainer(enable_progress_bar=False) conflicts with the progress bar in callbacks; drop one of them."
+        msg = (
+            f"Trainer was configured with `enable_progress_bar=False` but found `{type(bars[0]).__name__}` in "
+            "callbacks list: the two conflict; drop one of them."
+        )
         raise MisconfigurationError(msg)
     callbacks = list(callbacks)
     if config.enable_model_summary and not any(isinstance(cb, ModelSummary) for cb in callbacks):
