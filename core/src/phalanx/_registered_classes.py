@@ -35,7 +35,7 @@ def registered_class(name: str, *, module: str) -> type:
     for registry in GLOBAL_REGISTRIES:
         for entry in registry.entries():
             if entry.target_path.rpartition(":")[2].rpartition(".")[2] == name:
-                return registry.get_class(entry.name)
+                return registry.import_class(entry.name)
     distribution = providing_distribution(name)
     if distribution is not None:
         from phalanx import _metadata

@@ -314,8 +314,32 @@ class Registry:
         if reason is not None:
             msg = f"The {self.kind} {name!r} from {_describe(entry.source)} cannot be used: {reason}"
             raise PluginUnavailableError(msg)
+        return self._import_target(entry)
+
+    def import_class(self, name: str) -> type:
+        """The class registered as ``name``, for ``from phalanx.strategies import <Class>`` and the like.
+
+        As :meth:`get_class`, except that a library the entry requires but that is missing
+        (torch-xla, deepspeed) does not stop the import when the plugin's own module imports without
+        it: as in Lightning, ``from ... import XLAStrategy`` works and the class fails when it is
+        used. Any other problem (two plugins owning the name, a module that does not import) raises
+        :meth:`get_class`'s error, which names the requirement to install.
+        """
+        entry = self.entry(name)
+        try:
+            return self.get_class(name)
+        except PluginUnavailableError as unavailable:
+            if entry.conflicts or entry.available:
+                raise
+            try:
+                return self._import_target(entry)
+            except PluginUnavailableError:
+                raise unavailable from None
+
+    def _import_target(self, entry: RegistryEntry) -> type:
         if not isinstance(entry.target, str):
             return entry.target
+        name = entry.name
         module_name, _, attr = entry.target.partition(":")
         try:
             obj: Any = importlib.import_module(module_name)

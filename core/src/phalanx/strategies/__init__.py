@@ -41,7 +41,7 @@ def __getattr__(name: str) -> Any:
         return value
     for entry in StrategyRegistry.entries():
         if entry.target_path.rpartition(":")[2].rpartition(".")[2] == name:
-            return StrategyRegistry.get_class(entry.name)
+            return StrategyRegistry.import_class(entry.name)
     distribution = providing_distribution(name)
     if distribution is not None:
         from phalanx import _metadata  # not the phalanx.utilities façade: that sits above strategies
