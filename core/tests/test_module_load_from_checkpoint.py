@@ -147,7 +147,7 @@ def test_strict_false_loads_the_common_keys_and_strict_conflicts_are_refused(tmp
         Headless.load_from_checkpoint(tmp_path / "partial.ckpt")
     with pytest.warns(UserWarning, match="strict=False"):  # the model's own strict_loading = False
         Headless.load_from_checkpoint(tmp_path / "partial.ckpt", lenient=True)
-    with pytest.raises(MisconfigurationError, match="contradicts Headless.strict_loading=False"):
+    with pytest.raises(MisconfigurationError, match="in conflict with Headless.strict_loading=False"):
         Headless.load_from_checkpoint(path, strict=True, lenient=True)
 
 
@@ -274,3 +274,14 @@ def test_a_vendor_directory_format_loads_through_its_converter(
     assert loaded.hparams.lr == 0.3
     assert_same_weights(loaded, {k: v.float() for k, v in model.state_dict().items()})  # portable files are fp32
     assert _tree(tmp_path) == before  # the converted copy lived in a temporary folder, now removed
+
+
+def test_a_checkpoint_naming_an_untrusted_instantiator_is_refused(tmp_path: Any) -> None:
+    """A checkpoint's ``_instantiator`` runs at load: only the trusted paths may be named (Lightning's guard)."""
+    from phalanx import saving
+
+    path = tmp_path / "malicious.ckpt"
+    torch.save({"state_dict": {}, "hyper_parameters": {"_instantiator": "os.system"}}, path)
+    with pytest.raises(ValueError, match="not in the allowlist of trusted instantiators"):
+        Module.load_from_checkpoint(path, strict=False)
+    assert "phalanx.cli.instantiate_module" in saving.TRUSTED_INSTANTIATORS

@@ -13,8 +13,10 @@ strategy package makes its checkpoints loadable here without this module knowing
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import os
+import sys
 import tempfile
 import warnings
 from collections.abc import Mapping
@@ -28,7 +30,7 @@ from phalanx.errors import CheckpointError, MisconfigurationError
 from phalanx.hparams import load_hparams_file
 from phalanx.utilities.model_helpers import is_overridden
 
-__all__ = ["ModelIO", "load_from_checkpoint", "read_checkpoint", "restricted_classmethod"]
+__all__ = ["TRUSTED_INSTANTIATORS", "ModelIO", "load_from_checkpoint", "read_checkpoint", "restricted_classmethod"]
 
 _T = TypeVar("_T")
 
@@ -143,8 +145,9 @@ def load_from_checkpoint(
     key = getattr(cls, "CHECKPOINT_HYPER_PARAMS_KEY", "hyper_parameters")
     if hparams_file is not None:
         checkpoint[key] = load_hparams_file(hparams_file)
+    instantiator = _trusted_instantiator(cls, {**(checkpoint.get(key) or {}), **kwargs})
     init_kwargs = _init_kwargs(cls, checkpoint, kwargs, source)
-    obj: Any = cls(**init_kwargs)
+    obj: Any = instantiator(cls, init_kwargs) if instantiator is not None else cls(**init_kwargs)
     if isinstance(obj, torch.nn.Module):
         return cast("_T", _restore_module(obj, checkpoint, strict=strict, source=source))
     if type(obj).__qualname__ in checkpoint:  # a DataModule: hyperparameters and its own state
@@ -253,6 +256,51 @@ def _default_map_location(storage: Any, location: str) -> Any:
     return storage.cpu()
 
 
+#: The ``_instantiator`` paths a checkpoint's hyperparameters may name (LightningCLI saves
+#: ``phalanx.cli.instantiate_module`` there so ``load_from_checkpoint`` rebuilds the model as the config
+#: did). Any other path is refused: a checkpoint naming e.g. ``os.system`` would otherwise run it. Add a
+#: path here, before loading, only for checkpoints you trust.
+TRUSTED_INSTANTIATORS: set[str] = {"phalanx.cli.instantiate_module"}
+
+
+def _trusted_instantiator(cls: type, hyperparameters: Mapping[str, Any]) -> Any:
+    """The callable a checkpoint's ``_instantiator`` names, when it is trusted; None when it names none.
+
+    Raises:
+        ValueError: The path is not in :data:`TRUSTED_INSTANTIATORS`, or its ``_class_path`` is not an
+            already imported subclass of ``cls`` (importing it could run any module's code).
+    """
+    path = hyperparameters.get("_instantiator")
+    if path is None:
+        return None
+    if not isinstance(path, str) or path not in TRUSTED_INSTANTIATORS:
+        msg = (
+            f"The instantiator {path!r} from the checkpoint is not in the allowlist of trusted instantiators "
+            f"{sorted(TRUSTED_INSTANTIATORS)} and was blocked, since loading would run it. Fix: if you trust "
+            "this checkpoint, add the path to phalanx.saving.TRUSTED_INSTANTIATORS before loading."
+        )
+        raise ValueError(msg)
+    class_path = hyperparameters.get("_class_path")
+    if class_path is not None and not _is_imported_subclass(class_path, cls):
+        msg = (
+            f"The class {class_path!r} requested by the checkpoint is not an already imported subclass of "
+            f"{cls.__name__} and was blocked, since importing it could run any code. Fix: if you trust this "
+            "checkpoint, import the module that defines the class before loading."
+        )
+        raise ValueError(msg)
+    module_name, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module_name), name)
+
+
+def _is_imported_subclass(class_path: Any, cls: type) -> bool:
+    if not isinstance(class_path, str) or "." not in class_path:
+        return False
+    module_name, _, name = class_path.rpartition(".")
+    module = sys.modules.get(module_name)
+    found = getattr(module, name, None) if module is not None else None
+    return isinstance(found, type) and issubclass(found, cls)
+
+
 def _init_kwargs(cls: type, checkpoint: dict[str, Any], overrides: dict[str, Any], source: str) -> dict[str, Any]:
     """The keyword arguments for ``cls(...)``: saved hyperparameters, then ``overrides`` (Lightning's rules).
 
@@ -268,6 +316,7 @@ def _init_kwargs(cls: type, checkpoint: dict[str, Any], overrides: dict[str, Any
     if name and name in parameters:  # saved from save_hyperparameters(config): rebuild cls(config=...)
         arguments = {name: saved}
     arguments.update(overrides)
+    arguments.pop("_instantiator", None)  # how to build the object, not an argument (see _trusted_instantiator)
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in inspect.signature(cls).parameters.values()):
         arguments = {k: v for k, v in arguments.items() if k in parameters}
     missing = [n for n, p in parameters.items() if p.default is inspect.Parameter.empty and n not in arguments]
@@ -307,7 +356,7 @@ def _resolve_strict(model: Any, strict: bool | None) -> bool:
     explicit = vars(model).get("_strict_loading")
     if explicit is not None and strict is not None and strict != model.strict_loading:
         msg = (
-            f"load_from_checkpoint(strict={strict!r}) contradicts {type(model).__name__}.strict_loading="
+            f"load_from_checkpoint(strict={strict!r}) is in conflict with {type(model).__name__}.strict_loading="
             f"{model.strict_loading!r} set by the model. Fix: pass the same value, or leave strict unset."
         )
         raise MisconfigurationError(msg)
@@ -321,7 +370,7 @@ def _load_weights(model: Any, state_dict: Mapping[str, Any], *, strict: bool, so
         CheckpointError: Differently shaped tensors, or (with ``strict``) missing/unexpected keys.
     """
     if not state_dict:
-        warnings.warn(f"The checkpoint {source!r} holds no weights (an empty 'state_dict').", stacklevel=3)
+        warnings.warn(f"The state dict in {source!r} contains no parameters (it is empty).", stacklevel=3)
     expected = model.state_dict()
     missing = [key for key in expected if key not in state_dict]
     unexpected = [key for key in state_dict if key not in expected]
