@@ -19,7 +19,7 @@ class EagerExperimentCSV(CSVLogger):
         if self._stream is None:
             os.makedirs(self.log_dir, exist_ok=True)
             self._stream = open(os.path.join(self.log_dir, f"events-{os.getpid()}.txt"), "a")  # noqa: SIM115
-        return self._stream
+        return super().experiment  # the CSV writer, so the logger still logs: the extra file is the bug
 
 
 class OwnStepCSV(CSVLogger):

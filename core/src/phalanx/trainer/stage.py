@@ -196,6 +196,10 @@ def run_stage(run: Run, loaders: dict[str, Any], ckpt_path: str | None, options:
                 local_rank = trainer.local_rank if trainer.world_size > 1 else None  # one process: no rank suffix
                 run.profiler.setup(stage=stage, local_rank=local_rank, log_dir=trainer.log_dir)
             _prepare_data(run)
+            # The loggers' runs exist before the setup hooks, as in Lightning: a checkpoint directory
+            # resolved in a setup hook is the run's (W&B's run id, TensorBoard's version folder).
+            for logger in trainer.loggers if trainer.is_global_zero else []:
+                getattr(logger, "experiment", None)
             if datamodule is not None:
                 datamodule.setup(stage)
             hooks.call("setup", stage)
