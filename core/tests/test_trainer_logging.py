@@ -173,3 +173,19 @@ def test_epoch_end_hooks_read_this_epochs_aggregates_from_callback_metrics() -> 
     assert seen["train"]["train_loss_epoch"] == pytest.approx(mean, rel=1e-6)
     assert seen["train"]["train_loss"] == seen["train"]["train_loss_epoch"]
     assert seen["val"]["val_loss"] == pytest.approx(float(trainer.callback_metrics["val_loss"]))
+
+
+def test_a_name_logged_from_two_hooks_is_two_metrics_and_the_later_one_publishes_last() -> None:
+    """As in Lightning, results are kept per hook: different options in different hooks are fine."""
+
+    class Shared(Net):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self.log("shared", 100.0, on_step=True, on_epoch=False)
+            return super().training_step(batch, batch_idx)
+
+        def on_train_epoch_end(self) -> None:
+            self.log("shared", 111.0)  # on_epoch=True here by default
+
+    trainer = Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(Shared(), loader())
+    assert float(trainer.callback_metrics["shared"]) == 111.0

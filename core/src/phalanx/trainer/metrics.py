@@ -167,9 +167,12 @@ class MetricStore:
         if add_dataloader_idx and self._dataloader_idx is not None:
             key = f"{name}/dataloader_idx_{self._dataloader_idx}"
         store = self.stores[self.stage]
-        metric = store.get(key)
+        # One aggregate per hook and name, as Lightning's results: a name logged per step in
+        # training_step and again in on_train_epoch_end is two metrics (the later one publishes last).
+        slot = f"{fx}.{key}"
+        metric = store.get(slot)
         if metric is None:
-            metric = store[key] = _Metric(key, on_step, on_epoch, prog_bar, logger, reduce, sync_dist)
+            metric = store[slot] = _Metric(key, on_step, on_epoch, prog_bar, logger, reduce, sync_dist)
         elif metric.reduce != reduce or metric.on_step != on_step or metric.on_epoch != on_epoch:
             msg = (
                 f"self.log({name!r}, ...) was called with on_step={on_step}, on_epoch={on_epoch}, reduce_fx={reduce!r} "
@@ -331,7 +334,8 @@ class MetricStore:
     def state_dict(self) -> dict[str, Any]:
         """The training epoch's partial aggregates, so a mid-epoch resume reports full-epoch values."""
         return {
-            key: {
+            slot: {
+                "key": m.key,
                 "on_step": m.on_step,
                 "on_epoch": m.on_epoch,
                 "prog_bar": m.prog_bar,
@@ -341,17 +345,17 @@ class MetricStore:
                 "total": m.total,
                 "weight": m.weight,
             }
-            for key, m in self.stores["train"].items()
+            for slot, m in self.stores["train"].items()
             if m.on_epoch and m.total is not None
         }
 
     def load_state_dict(self, state: dict[str, Any], device: torch.device) -> None:
         """Restore what :meth:`state_dict` saved, on ``device``."""
         store: dict[str, _Metric] = {}
-        for key, item in (state or {}).items():
+        for slot, item in (state or {}).items():
             total = item["total"].to(device) if isinstance(item["total"], torch.Tensor) else None
-            store[key] = _Metric(
-                key,
+            store[slot] = _Metric(
+                item.get("key", slot),  # checkpoints before per-hook slots keyed by the name alone
                 item["on_step"],
                 item["on_epoch"],
                 item["prog_bar"],
