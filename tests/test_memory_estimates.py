@@ -31,6 +31,18 @@ held to it within 10 %, per rank:
   1M-element reduce bucket there: at its 200M default the bucket is 99 % of the peak and would
   hide every other term.
 
+fsdp's peak on ``MeasuredNet`` has two values, whatever the machine: 18.05 MB at width 1024 in most
+rank-runs (the end of forward, where the estimate's ``total`` sits) and, in a few percent of them
+on either rank, up to 20.27 MB in backward. The root unit is resharded after forward and gathered
+again in backward. That all-gather's flat output buffer is usually freed by the main thread right
+after its copy-out; when gloo's worker thread, which ran the collective, drops the last reference
+instead, the buffer is freed only after backward has allocated the unit's unsharded gradients:
+one gathered unit more than usual, at a moment the run does not control (seen in 1 of 56
+rank-runs of fsdp alone; 3 of 34 after a ZeRO-3 run, as here: DeepSpeed replaces
+``torch.nn.functional.linear`` for the rest of the process, which changes the timing, not the
+sizes). The test holds fsdp's peak between the estimate without that buffer and with it
+(:func:`fsdp_peak_with_late_all_gather`); every other family is held to its ``total``.
+
 ZeRO-3 with activation checkpointing once missed (0.86x): checkpointing moves ZeRO-3's peak from
 backward to the optimizer step, where DeepSpeed flattens the float32 gradient partition into a
 new tensor beside the partition it keeps, one partition more than the estimate's step had; with it
@@ -44,7 +56,9 @@ from typing import Any
 import pytest
 
 from phalanx.memory import MemoryEstimate
+from phalanx.model_shapes import build_on_meta, summarize_model
 from phalanx.testing.memory import measure, planned
+from phalanx.testing.memory_probe import build
 
 WIDTHS = (512, 1024)
 STRATEGIES = ("ddp", "fsdp", "deepspeed_stage_2", "deepspeed_stage_3")
@@ -70,6 +84,22 @@ def estimate_for(name: str, width: int | str) -> MemoryEstimate:
 
 def close(estimated: int, measured: int) -> bool:
     return abs(estimated - measured) <= TOLERANCE * measured
+
+
+def fsdp_peak_with_late_all_gather(est: MemoryEstimate, width: int) -> int:
+    """fsdp's peak in backward when the backward all-gather's buffer outlives its copy-out.
+
+    Without an ``auto_wrap_policy`` the whole model is fsdp's one unit, resharded after forward
+    and gathered again for backward into a flat buffer of the unit's float32 bytes. Usually that
+    buffer is freed right after its copy-out, backward's peak stays below forward's, and the peak
+    is ``est.total``. When gloo's worker thread frees it late, it coexists with the gathered
+    parameters and the unsharded gradients, while the sharded gradients are gone (``zero_grad``
+    runs before backward): ``total - gradients + one gathered unit``. Measured at width 1024:
+    20.27 MB against 20.24 MB from this formula (18.05 MB on the usual path, against the
+    estimate's 17.99 MB).
+    """
+    unit = summarize_model(build_on_meta(lambda: build(width))).numel * 4  # float32, the whole model
+    return est.total - est.gradients + unit
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +136,14 @@ def test_total_matches_the_tracked_peak(
 ) -> None:
     est = estimate_for(name, width)
     for rank, got in enumerate(measured[name, width]):
-        where = f"{name} width {width} rank {rank}: estimate {est} vs tracked peak {got['tracked_peak']}"
-        assert close(est.total, got["tracked_peak"]), where
+        peak = got["tracked_peak"]
+        where = f"{name} width {width} rank {rank}: estimate {est} vs tracked peak {peak}"
+        if name == "fsdp":  # two paths (module docstring): near either end, or between them
+            late = fsdp_peak_with_late_all_gather(est, width)
+            where += f"; with the backward all-gather's buffer freed late {late}"
+            assert close(est.total, peak) or close(late, peak) or est.total <= peak <= late, where
+        else:
+            assert close(est.total, peak), where
 
 
 @pytest.fixture(scope="module")
