@@ -100,22 +100,19 @@ def gate(minimum: float, workers: int, *, if_found: bool = False) -> int:
     )
     tests = work / "phx" / "tests"
     junit = work / "junit.xml"
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "--timeout",
-        "120",
-        f"--junitxml={junit}",
-    ]
-    command += ["-n", str(workers)] if workers else []
+    # Collect the files first: one that does not import fails its own tests only (a node id in it would
+    # stop pytest, and a collection error stops xdist).
     args = work / "nodeids.txt"
-    args.write_text("\n".join(wanted) + "\n")
-    # A test file that does not import is reported as a collection error of every test in it.
-    subprocess.run([*command, f"@{args}"], cwd=tests, env=env, check=False)
+    args.write_text("\n".join(sorted({nodeid.split("::", 1)[0] for nodeid in wanted})) + "\n")
+    pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--continue-on-collection-errors"]
+    listed = subprocess.run(
+        [*pytest, "--collect-only", "-q", f"@{args}"], cwd=tests, env=env, capture_output=True, text=True
+    )
+    collected = [line for line in listed.stdout.splitlines() if line in set(wanted)]
+    args.write_text("\n".join(collected) + "\n")
+    command = [*pytest, "-q", "--timeout", "120", f"--junitxml={junit}", *(["-n", str(workers)] if workers else [])]
+    if collected:
+        subprocess.run([*command, f"@{args}"], cwd=tests, env=env, check=False)
     got = _outcomes(junit, tests) if junit.exists() else {}
     base = {nodeid.split("[", 1)[0] for nodeid in got}
     passed = [n for n in wanted if got.get(n) == "passed"]
