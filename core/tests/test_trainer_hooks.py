@@ -270,3 +270,28 @@ def test_a_mock_callback_records_every_hook() -> None:
     called = [call[0] for call in recorder.method_calls]
     assert called[0] == "setup" and called[-1] == "teardown"
     assert {"on_fit_start", "on_train_start", "on_train_batch_start", "on_train_batch_end", "on_fit_end"} <= set(called)
+
+
+def test_evaluation_gives_each_submodule_its_own_mode_back() -> None:
+    """A submodule kept in eval mode (frozen) stays so in training after validation, as in Lightning."""
+    seen: list[tuple[bool, bool]] = []
+
+    class Frozen(Net):
+        def __init__(self) -> None:
+            super().__init__()
+            self.frozen = torch.nn.Linear(2, 2).eval()
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            seen.append((self.training, self.frozen.training))
+            return super().training_step(batch, batch_idx)
+
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            seen.append((self.training, self.frozen.training))
+
+    model = Frozen()
+    trainer = Trainer(**quiet(max_epochs=1, limit_train_batches=2, limit_val_batches=1, val_check_interval=1))
+    trainer.fit(model, loader(), loader())
+    assert set(seen) == {(True, False), (False, False)} and seen[-1] == (False, False)
+    trainer.validate(model, loader(), verbose=False)
+    trainer.predict(model, loader())
+    assert model.training and not model.frozen.training

@@ -27,7 +27,7 @@ from typing import Any
 
 from phalanx.errors import MisconfigurationError
 
-__all__ = ["AttributeDict", "HyperparametersMixin", "hparams_to_log", "load_hparams_file"]
+__all__ = ["AttributeDict", "HyperparametersMixin", "checkpoint_hparams", "hparams_to_log", "load_hparams_file"]
 
 _PRIMITIVES = (bool, int, float, str)
 
@@ -167,12 +167,24 @@ class HyperparametersMixin:
         hyperparameters as a plain dict (so ``torch.load(weights_only=True)`` opens the file) and,
         when they were given as one ``__init__`` argument, that argument's name.
         """
-        if not self.hparams:
-            return {}
-        entries: dict[str, Any] = {self.CHECKPOINT_HYPER_PARAMS_KEY: dict(self.hparams)}
-        if self._hparams_name is not None:
-            entries[self.CHECKPOINT_HYPER_PARAMS_NAME] = self._hparams_name
-        return entries
+        return checkpoint_hparams(self)
+
+
+def checkpoint_hparams(obj: HyperparametersMixin) -> dict[str, Any]:
+    """:meth:`HyperparametersMixin.hparams_for_checkpoint` of ``obj``, as the Trainer asks for it.
+
+    A function rather than the method, so that writing a checkpoint calls none of the user's
+    object's public methods (Lightning's checkpoint reads the hyperparameters the same way: a
+    DataModule wrapping its methods to record calls sees only the hooks).
+    """
+    if not obj.hparams:
+        return {}
+    entries: dict[str, Any] = {obj.CHECKPOINT_HYPER_PARAMS_KEY: dict(obj.hparams)}
+    # read through vars(): the attribute belongs to HyperparametersMixin, defined above
+    name = vars(obj).get("_hparams_name")
+    if name is not None:
+        entries[obj.CHECKPOINT_HYPER_PARAMS_NAME] = name
+    return entries
 
 
 def hparams_to_log(module: Any, datamodule: Any = None) -> dict[str, Any] | None:

@@ -21,6 +21,7 @@ from phalanx.callbacks.model_checkpoint import ModelCheckpoint
 from phalanx.checkpoint_io.atomic import committed_path
 from phalanx.checkpoint_io.storage import is_remote, remote_error
 from phalanx.errors import CheckpointError, MisconfigurationError
+from phalanx.hparams import checkpoint_hparams
 from phalanx.trainer._last_checkpoint import find_last_checkpoint
 from phalanx.utilities.paths import check_path
 from phalanx.version import __version__
@@ -95,10 +96,10 @@ def dump_checkpoint(run: Run, *, weights_only: bool = False) -> dict[str, Any]:
         "state_dict": strategy.module_state_dict(),
     }
     # what Module.load_from_checkpoint rebuilds the Module from (weights-only checkpoints too)
-    checkpoint.update(module.hparams_for_checkpoint())
+    checkpoint.update(checkpoint_hparams(module))
     datamodule = run.datamodule
     if datamodule is not None:
-        checkpoint.update(datamodule.hparams_for_checkpoint())
+        checkpoint.update(checkpoint_hparams(datamodule))
     if not weights_only:
         checkpoint["loops"] = {"fit": fit_loop.state_dict()}
         checkpoint["rng_states"] = fit_loop.rng_states()

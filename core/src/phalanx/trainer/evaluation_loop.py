@@ -14,15 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from phalanx._module_hooks import ModuleHooks
 from phalanx.trainer.data import limit_batches, num_batches, prepare_loader
 from phalanx.trainer.metrics import MetricStore
 from phalanx.trainer.step import takes_batch_idx
 from phalanx.trainer_view import RunningStage, TrainerFn
+from phalanx.utilities.model_helpers import is_overridden
 
 if TYPE_CHECKING:
     from phalanx.trainer.run import Run
 
-__all__ = ["EvaluationLoop", "no_grad_context", "profiled"]
+__all__ = ["EvaluationLoop", "ModuleModes", "no_grad_context", "profiled"]
 
 
 def profiled(run: Run, method: Any, action: str) -> Any:
@@ -50,6 +52,25 @@ _NAMES = {
     "validate": ("validation", RunningStage.VALIDATING, "limit_val_batches"),
     "test": ("test", RunningStage.TESTING, "limit_test_batches"),
 }
+
+
+class ModuleModes:
+    """The ``training`` flag of every submodule of ``module``, captured now, to put back after evaluating.
+
+    ``module.train()`` would switch on submodules the user keeps in eval mode (a frozen backbone, a
+    BatchNorm whose statistics must not move); restoring each flag keeps them as they were.
+    """
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self._module = module
+        self._modes = {name: sub.training for name, sub in module.named_modules()}
+
+    def restore(self) -> None:
+        """Set each submodule's flag back (submodules added since keep theirs)."""
+        for name, sub in self._module.named_modules():
+            mode = self._modes.get(name)
+            if mode is not None:
+                sub.training = mode
 
 
 class EvaluationLoop:
@@ -109,7 +130,7 @@ class EvaluationLoop:
         run.stage = stage or self._running_stage
         connector.stage = self.stage
         connector.reset(self.stage)
-        was_training = run.trainer.model.training
+        modes = ModuleModes(run.trainer.model)  # the strategy's wrapper too: the default eval hook switches it
         hooks.call_module(f"{prefix}_model_eval")
         multiple = len(self.dataloaders) > 1
         sanity = run.stage is RunningStage.SANITY_CHECKING
@@ -148,8 +169,12 @@ class EvaluationLoop:
                 hooks.call(f"{prefix}_end")
                 getattr(strategy, f"{prefix}_end")()
         finally:
-            if was_training:
+            # As Lightning: an overridden on_*_model_train decides; else every submodule gets back the
+            # mode it had (a frozen submodule in eval mode stays so during training)
+            if is_overridden(f"{prefix}_model_train", run.module, ModuleHooks):
                 hooks.call_module(f"{prefix}_model_train")
+            else:
+                modes.restore()
             connector.stage = "train"
             run.stage = previous_stage
         return MetricStore.results(published, len(self.dataloaders))

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, Ra
 
 from phalanx.callbacks.prediction_writer import BasePredictionWriter, PredictionRecord
 from phalanx.trainer.data import _rebuild, _rebuildable, limit_batches, num_batches, prepare_loader
-from phalanx.trainer.evaluation_loop import no_grad_context, profiled
+from phalanx.trainer.evaluation_loop import ModuleModes, no_grad_context, profiled
 from phalanx.trainer.step import takes_batch_idx
 from phalanx.trainer_view import RunningStage
 
@@ -141,7 +141,7 @@ class PredictLoop:
         """Predict; a flat list for one dataloader, a list of lists for several."""
         strategy, hooks, model = run.strategy, run.hooks, run.trainer.model
         run.stage = RunningStage.PREDICTING
-        was_training = model.training
+        modes = ModuleModes(model)
         hooks.call_module("on_predict_model_eval")
         multiple = len(self.dataloaders) > 1
         writers = self._writers(run)
@@ -179,8 +179,7 @@ class PredictLoop:
             hooks.call("on_predict_epoch_end")
             hooks.call("on_predict_end")
             strategy.on_predict_end()
-        if was_training:
-            model.train()
+        modes.restore()  # each submodule's own mode back, as Lightning's prediction loop does
         if not return_predictions:
             return None
         results = record.epoch_predictions

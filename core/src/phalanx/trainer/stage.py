@@ -81,13 +81,21 @@ def _setup_data(run: Run, loaders: dict[str, Any]) -> None:
     fn, module, config = run.fn, run.module, run.config
     if fn is TrainerFn.FITTING:
         run.train_loader_given = loaders.get("train") is not None
+
+        def resolve_val() -> list[Any]:
+            if config.limit_val_batches == 0:
+                return []
+            return resolve_loaders(run, loaders.get("val"), "val_dataloader", "val_dataloaders", multiple=True)
+
+        # Asked for in Lightning's order: the validation loaders first when the sanity check will use them.
+        sanity_first = config.num_sanity_val_steps != 0
+        val: list[Any] = resolve_val() if sanity_first else []
         train = resolve_loaders(run, loaders.get("train"), "train_dataloader", "train_dataloaders", multiple=False)
         if not train:
             raise no_training_data(module)
         run.fit_loop.setup(run, train[0])
-        val: list[Any] = []
-        if config.limit_val_batches != 0:
-            val = resolve_loaders(run, loaders.get("val"), "val_dataloader", "val_dataloaders", multiple=True)
+        if not sanity_first:
+            val = resolve_val()
         if val and not is_overridden("validation_step", module, Module):  # None set on the instance: no step
             warnings.warn(
                 f"Validation dataloaders were given but {type(module).__qualname__} has no validation_step; "
@@ -128,7 +136,7 @@ def _check_optimizers(run: Run) -> None:
 
 def _teardown(run: Run, stage: str, status: str) -> None:
     if run.datamodule is not None:
-        run.datamodule.teardown(stage)
+        run.datamodule.teardown(stage=stage)  # by keyword, as Lightning calls it
     run.hooks.call("teardown", stage)
     trainer = run.trainer
     for logger in trainer.loggers if trainer.is_global_zero else []:
@@ -201,7 +209,7 @@ def run_stage(run: Run, loaders: dict[str, Any], ckpt_path: str | None, options:
             for logger in trainer.loggers if trainer.is_global_zero else []:
                 getattr(logger, "experiment", None)
             if datamodule is not None:
-                datamodule.setup(stage)
+                datamodule.setup(stage=stage)
             hooks.call("setup", stage)
             for name in ("configure_sharded_model", "configure_model"):  # the old name first, as Lightning
                 if is_overridden(name, type(module), Module):
