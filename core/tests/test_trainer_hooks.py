@@ -295,3 +295,21 @@ def test_evaluation_gives_each_submodule_its_own_mode_back() -> None:
     trainer.validate(model, loader(), verbose=False)
     trainer.predict(model, loader())
     assert model.training and not model.frozen.training
+
+
+def test_fit_loop_progress_counts_validation_batches_per_training_epoch() -> None:
+    """Lightning's ``fit_loop.epoch_loop.val_loop.batch_progress``: per epoch in total, per run in current."""
+    seen: list[tuple[int, int, int]] = []
+
+    class Reads(Callback):
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            progress = trainer.fit_loop.epoch_loop.val_loop.batch_progress
+            train = trainer.fit_loop.epoch_loop.batch_progress
+            seen.append((progress.total.completed, progress.current.completed, train.current.completed))
+
+    trainer = Trainer(
+        **quiet(max_epochs=2, limit_train_batches=4, limit_val_batches=3, val_check_interval=2, callbacks=[Reads()])
+    )
+    trainer.fit(Net(), loader(), loader())
+    assert seen == [(6, 3, 4), (6, 3, 4)]  # two validations of 3 batches per epoch; the sanity check not counted
+    assert trainer.fit_loop.epoch_loop.batch_progress.total.completed == 8

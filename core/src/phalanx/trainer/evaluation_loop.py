@@ -17,6 +17,7 @@ import torch
 from phalanx._module_hooks import ModuleHooks
 from phalanx.trainer.data import limit_batches, num_batches, prepare_loader
 from phalanx.trainer.metrics import MetricStore
+from phalanx.trainer.progress import BatchProgress
 from phalanx.trainer.step import takes_batch_idx
 from phalanx.trainer_view import RunningStage, TrainerFn
 from phalanx.utilities.model_helpers import is_overridden
@@ -88,6 +89,19 @@ class EvaluationLoop:
         self.has_run = False
         #: Batches evaluated per dataloader since :meth:`setup`: the logger step of step-level metrics.
         self.seen_batches: dict[int, int] = {}
+        # Batches evaluated during fit (sanity check excluded): in this training epoch, and in the last run.
+        self._fit_batches = (0, 0)
+
+    @property
+    def batch_progress(self) -> BatchProgress:
+        """Lightning's ``fit_loop.epoch_loop.val_loop.batch_progress``, read-only: ``total.completed``
+        counts the validation batches run in the current training epoch (several validations per epoch
+        add up), ``current.completed`` those of the latest validation."""
+        return BatchProgress.of(*self._fit_batches)
+
+    def start_fit_epoch(self) -> None:
+        """A training epoch begins: :attr:`batch_progress` ``total`` counts from zero again, as Lightning's."""
+        self._fit_batches = (0, self._fit_batches[1])
 
     def setup(self, run: Run, loaders: list[Any]) -> None:
         """Prepare the dataloaders and count their batches (after ``limit_*_batches``)."""
@@ -95,6 +109,8 @@ class EvaluationLoop:
         limit = getattr(config, self._limit_name)
         self.has_run = False
         self.seen_batches = {}
+        if run.fn is TrainerFn.FITTING:
+            self._fit_batches = (0, 0)
         overfit = bool(config.overfit_batches) and run.fn is TrainerFn.FITTING  # validate on the first batches, in order
         self.dataloaders = [
             prepare_loader(
@@ -134,6 +150,9 @@ class EvaluationLoop:
         hooks.call_module(f"{prefix}_model_eval")
         multiple = len(self.dataloaders) > 1
         sanity = run.stage is RunningStage.SANITY_CHECKING
+        counted = run.fn is TrainerFn.FITTING and not sanity  # what fit_loop...val_loop.batch_progress counts
+        if counted:
+            self._fit_batches = (self._fit_batches[0], 0)
         try:
             with no_grad_context(run):
                 hooks.call(f"{prefix}_start")
@@ -157,6 +176,8 @@ class EvaluationLoop:
                         hooks.call(f"{prefix}_batch_end", output, batch, batch_idx, *extra)
                         if connector.step_updates:
                             connector.flush_step()
+                        if counted:
+                            self._fit_batches = (self._fit_batches[0] + 1, self._fit_batches[1] + 1)
                         if not sanity:
                             seen = self.seen_batches.get(dataloader_idx, 0)
                             connector.log_eval_step_metrics(seen)

@@ -29,6 +29,7 @@ from phalanx.trainer.data import (
     with_last,
 )
 from phalanx.trainer.preemption import Preemption
+from phalanx.trainer.progress import BatchProgress
 from phalanx.trainer.sanity_check import run_sanity_check
 from phalanx.trainer.schedulers import step_schedulers
 from phalanx.trainer.step import direct_step, run_automatic, run_direct, takes_batch_idx
@@ -38,13 +39,47 @@ from phalanx.utilities.model_helpers import is_overridden
 
 if TYPE_CHECKING:
     from phalanx.trainer.config import TrainerConfig
+    from phalanx.trainer.evaluation_loop import EvaluationLoop
     from phalanx.trainer.run import Run
 
-__all__ = ["FitLoop"]
+__all__ = ["EpochLoop", "FitLoop"]
 
 #: Work done for the last completed batch: its training ("train"), its validation check ("val"),
 #: or the epoch-end hooks ("epoch_end", only the epoch schedulers remain).
 PHASES = ("train", "val", "epoch_end")
+
+
+class EpochLoop:
+    """``trainer.fit_loop.epoch_loop`` (Lightning's name): what scripts read of the training epoch.
+
+    Not a loop object of its own (phalanx's epoch is :meth:`FitLoop.run_epoch`): a read-only view of
+    the fit loop's counts, and the evaluation loop that validates during fit.
+    """
+
+    def __init__(self, fit_loop: FitLoop, val_loop: EvaluationLoop | None) -> None:
+        self._fit_loop = fit_loop
+        self._val_loop = val_loop
+
+    @property
+    def val_loop(self) -> EvaluationLoop | None:
+        """The loop that validates during fit; its ``batch_progress`` counts fit's validation batches."""
+        return self._val_loop
+
+    @property
+    def batch_progress(self) -> BatchProgress:
+        """Training batches: ``total`` across the fit's epochs, ``current`` in this epoch."""
+        fit = self._fit_loop
+        return BatchProgress.of(fit.total_batches_done, fit.batches_done, is_last_batch=fit.is_last_batch)
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken (``trainer.global_step``)."""
+        return self._fit_loop.global_step
+
+    @property
+    def total_batch_idx(self) -> int:
+        """Index, across epochs, of the training batch running now or last run."""
+        return self._fit_loop.total_batch_idx
 
 
 class FitLoop:
@@ -55,7 +90,10 @@ class FitLoop:
     stage's :class:`~phalanx.trainer.run.Run`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, val_loop: EvaluationLoop | None = None) -> None:
+        #: Lightning's ``fit_loop.epoch_loop``: read-only progress of the training epoch and the
+        #: validation loop fit runs (``epoch_loop.val_loop.batch_progress.total.completed``).
+        self.epoch_loop = EpochLoop(self, val_loop)
         self.epoch = 0
         self.global_step = 0
         self.batches_done = 0
@@ -277,6 +315,7 @@ class FitLoop:
             self.batches_done = 0
             self.phase = "train"
             self._regrouped = None
+            run.val_loop.start_fit_epoch()  # its batch_progress.total counts this epoch's validation batches
             run.metrics.reset("train")
             run.hooks.call("on_train_epoch_start")
             self._epoch_start_rng = capture_rng(self._generators)
