@@ -200,7 +200,7 @@ class ModelPruning(Callback):
             self._pruning_method_name = getattr(pruning_fn, "__name__", repr(pruning_fn))
         else:
             msg = (
-                f"ModelPruning(pruning_fn={pruning_fn!r}) is not supported: pass a name in {names} or a "
+                f"ModelPruning(pruning_fn={pruning_fn!r}) is not supported: expected to be a str in {names} or a "
                 "torch.nn.utils.prune.BasePruningMethod subclass (the class, not an instance); a plain pruning "
                 "function needs use_global_unstructured=False."
             )
