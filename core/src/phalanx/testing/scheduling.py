@@ -17,7 +17,6 @@ so itself with ``@pytest.mark.processes``. Without xdist the plugin changes noth
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 from pathlib import Path
@@ -81,16 +80,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _sources(item: pytest.Item, root: Path) -> list[Path]:
-    """The test's module and the conftest.py files below ``root`` defining fixtures it uses (a session
-    fixture that runs a job makes each test using it a process-starting test)."""
-    paths = [Path(str(item.fspath))]
-    info = getattr(item, "_fixtureinfo", None)  # pytest's per-item fixture closure (no public accessor)
-    for defs in info.name2fixturedefs.values() if info is not None else ():
-        for fixturedef in defs:
-            try:
-                path = Path(inspect.getsourcefile(fixturedef.func) or "")
-            except TypeError:
-                continue
-            if path.name == "conftest.py" and path.is_relative_to(root):
-                paths.append(path)
+    """The test's module and the conftest.py files between it and ``root`` that define a fixture it
+    uses (a session fixture that runs a job makes each test using it a process-starting test)."""
+    module = Path(str(item.fspath))
+    paths = [module]
+    names = set(getattr(item, "fixturenames", ()))
+    for folder in module.parents:
+        conftest = folder / "conftest.py"
+        if conftest.exists() and any(re.search(rf"\bdef {re.escape(name)}\(", _source(conftest)) for name in names):
+            paths.append(conftest)
+        if folder == root or not folder.is_relative_to(root):
+            break
     return paths
+
+
+def _source(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
