@@ -189,3 +189,34 @@ def test_a_name_logged_from_two_hooks_is_two_metrics_and_the_later_one_publishes
     trainer = Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
     trainer.fit(Shared(), loader())
     assert float(trainer.callback_metrics["shared"]) == 111.0
+
+
+def test_loggers_get_what_on_train_start_logs_and_are_called_on_every_rank_by_design() -> None:
+    """As Lightning: on_train_start's values belong to the first epoch; the Trainer calls loggers on
+    every rank (a single process here), the built-in loggers guard themselves with rank_zero_only."""
+    from phalanx.loggers import Logger
+
+    class Recorder(Logger):
+        def __init__(self) -> None:
+            super().__init__()
+            self.logged: dict[str, float] = {}
+
+        @property
+        def name(self) -> str:
+            return "recorder"
+
+        @property
+        def version(self) -> int:
+            return 0
+
+        def log_metrics(self, metrics: Any, step: int | None = None) -> None:
+            self.logged.update(metrics)
+
+    class AtStart(Net):
+        def on_train_start(self) -> None:
+            self.log("at_start", 3.0)
+
+    recorder = Recorder()
+    trainer = Trainer(max_epochs=1, logger=recorder, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(AtStart(), loader())
+    assert recorder.logged["at_start"] == 3.0

@@ -50,7 +50,11 @@ def rank_zero_experiment(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 
 class Logger(ABC):
-    """Receives metrics (and optionally hyperparameters) from the Trainer on global rank 0."""
+    """Receives metrics (and optionally hyperparameters) from the Trainer, on every rank as in Lightning.
+
+    A logger that should write once per job decorates its writing methods with ``rank_zero_only``
+    (phalanx's loggers do); one that records per rank need not.
+    """
 
     @property
     @abstractmethod

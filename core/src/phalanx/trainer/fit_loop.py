@@ -118,6 +118,7 @@ class FitLoop:
         #: The rest of a resumed epoch split over a new replica count (None: batches as sampled).
         self._regrouped: Regrouped | None = None
         self._last_logged_step = -1
+        self._keep_train_metrics = False  # the first epoch of a fit keeps what on_train_start logged
         self._direct: Any = None  # the step run_direct calls this epoch, when it replaces the layered step
         self._direct_candidate: Any = None  # the same, decided once per fit, used in epochs without accumulation
         self._strategy_batch_hook = True
@@ -259,6 +260,11 @@ class FitLoop:
             return
         if isinstance(config.val_check_interval, timedelta):
             self.last_val_time = time.monotonic()
+        # What on_train_start logs belongs to the first epoch's aggregates, as in Lightning: the store is
+        # emptied here (a resumed epoch keeps its restored partial aggregates) and not again at that epoch's start.
+        self._keep_train_metrics = True
+        if self._resume is None:
+            run.metrics.reset("train")
         run.hooks.call("on_train_start")
         run.strategy.on_train_start()
         run.training_step_runs_backward = bool(run.strategy.training_step_runs_backward)
@@ -297,6 +303,7 @@ class FitLoop:
         """One epoch, or the rest of a resumed one."""
         config = run.config
         resume, self._resume = self._resume, None
+        keep, self._keep_train_metrics = self._keep_train_metrics, False
         if resume is not None and resume["phase"] == "epoch_end":
             restore_rng(resume["rng"].get("current"), self._generators)
             self._finish_epoch(run, run_hooks=False)
@@ -316,7 +323,8 @@ class FitLoop:
             self.phase = "train"
             self._regrouped = None
             run.val_loop.start_fit_epoch()  # its batch_progress.total counts this epoch's validation batches
-            run.metrics.reset("train")
+            if not keep:
+                run.metrics.reset("train")
             run.hooks.call("on_train_epoch_start")
             self._epoch_start_rng = capture_rng(self._generators)
             iterator = iter(loader)

@@ -301,7 +301,9 @@ class MetricStore:
 
     def _write(self, metrics: dict[str, torch.Tensor], step: int, *, add_epoch: bool = True) -> None:
         trainer = self.trainer
-        if not trainer.loggers or not trainer.is_global_zero or trainer.sanity_checking:
+        # Every rank calls its loggers, as Lightning: phalanx's loggers write on global rank 0 only
+        # (rank_zero_only), one that logs per rank decides for itself.
+        if not trainer.loggers or trainer.sanity_checking:
             return
         numbers_only = {key: float(value) for key, value in metrics.items()}
         if add_epoch:

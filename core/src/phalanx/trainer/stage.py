@@ -139,7 +139,7 @@ def _teardown(run: Run, stage: str, status: str) -> None:
         run.datamodule.teardown(stage=stage)  # by keyword, as Lightning calls it
     run.hooks.call("teardown", stage)
     trainer = run.trainer
-    for logger in trainer.loggers if trainer.is_global_zero else []:
+    for logger in trainer.loggers:  # every rank, as Lightning: the loggers act on rank 0 (rank_zero_only)
         logger.finalize(status)
     profiler = run.profiler
     try:
@@ -166,7 +166,7 @@ def _prepare_data(run: Run) -> None:
 
 
 def _log_hyperparameters(run: Run) -> None:
-    """Send the Module's (and DataModule's) saved hyperparameters to the loggers (global rank 0).
+    """Send the Module's (and DataModule's) saved hyperparameters to the loggers (on every rank, as Lightning).
 
     Raises:
         MisconfigurationError: The Module and the DataModule saved the same name with different values.
@@ -175,12 +175,11 @@ def _log_hyperparameters(run: Run) -> None:
     if not trainer.loggers or not run.config.enable_autolog_hparams:
         return
     params = hparams_to_log(run.module, run.datamodule)
-    if trainer.is_global_zero:
-        for logger in trainer.loggers:
-            if params:
-                logger.log_hyperparams(params)
-            logger.log_graph(run.module)  # as Lightning: with or without hyperparameters (a no-op unless asked)
-            logger.save()
+    for logger in trainer.loggers:
+        if params:
+            logger.log_hyperparams(params)
+        logger.log_graph(run.module)  # as Lightning: with or without hyperparameters (a no-op unless asked)
+        logger.save()
 
 
 def run_stage(run: Run, loaders: dict[str, Any], ckpt_path: str | None, options: dict[str, Any]) -> Any:
@@ -221,7 +220,7 @@ def run_stage(run: Run, loaders: dict[str, Any], ckpt_path: str | None, options:
             run.step_optimizers = [StepOptimizer(optimizer, run) for optimizer in run.optimizers]
             # The loggers' first call comes after the setup hooks, as in Lightning (a setup hook may
             # still configure them); it creates the run directory so the next run picks the next version.
-            for logger in trainer.loggers if trainer.is_global_zero else []:
+            for logger in trainer.loggers:  # every rank, as Lightning: the loggers act on rank 0
                 logger.save()
             if fn is TrainerFn.FITTING:
                 _check_optimizers(run)
