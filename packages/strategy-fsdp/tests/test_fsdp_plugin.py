@@ -7,9 +7,12 @@ import sys
 
 import pytest
 
+from phalanx.memory import MemoryEstimate
+from phalanx.model_shapes import build_on_meta, summarize_model
 from phalanx.registry import StrategyRegistry
 from phalanx.testing import StrategyConformance
 from phalanx.testing.memory import MemoryConformance
+from phalanx.testing.memory_probe import build
 
 NAMES = ("fsdp", "fsdp_cpu_offload", "fsdp_no_reshard", "fsdp_shard_grad_op", "fsdp_full_state_dict", "hsdp")
 
@@ -59,3 +62,15 @@ class TestFSDPConformance(StrategyConformance, MemoryConformance):
     strategy = "fsdp"
     devices = 2
     atol = 1e-5
+
+    def memory_peak_variants(self, estimate: MemoryEstimate) -> list[int]:
+        """Backward's peak when gloo's worker thread frees the backward all-gather's buffer late.
+
+        The probe's model has no ``auto_wrap_policy``: it is one fsdp unit, resharded after forward
+        and gathered again for backward. Now and then (a few runs in a hundred) the gathered flat
+        buffer outlives its copy-out and coexists with the unsharded gradients, while the sharded
+        gradients are already gone: ``total - gradients + one gathered unit`` (the same term
+        tests/test_memory_estimates.py documents with its measurements).
+        """
+        unit = summarize_model(build_on_meta(lambda: build(self.memory_width))).numel * 4  # float32
+        return [estimate.total - estimate.gradients + unit]

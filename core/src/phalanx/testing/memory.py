@@ -61,7 +61,9 @@ def planned(strategy: str, *, width: int | str, devices: int) -> MemoryEstimate 
     return estimate_memory(request)
 
 
-def measure(out: Path, strategies: list[str], widths: list[int | str], *, timeout: float = 300.0) -> dict[str, list[dict[str, int]]]:
+def measure(
+    out: Path, strategies: list[str], widths: list[int | str], *, timeout: float = 300.0
+) -> dict[str, list[dict[str, int]]]:
     """Run the probe once for every (width, strategy); ``"name-width"`` -> one record per rank."""
     env = {"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
     command = [sys.executable, "-m", "phalanx.testing.memory_probe", str(out), ",".join(map(str, widths)), *strategies]
@@ -107,5 +109,19 @@ class MemoryConformance:
             where = f"{name} rank {rank}: estimate {estimate} vs measured {got}"
             assert abs(estimate.parameters - got["parameters"]) <= tol * got["parameters"], where
             peak = got["tracked_peak"]
+            variants = self.memory_peak_variants(estimate)
+            if variants and any(abs(v - peak) <= tol * peak for v in variants):
+                continue  # the peak of a documented variant path of the strategy (see memory_peak_variants)
+            if variants and estimate.total <= peak <= max(variants):
+                continue
             assert estimate.total >= (1 - tol) * peak, f"estimate total below the measured peak; {where}"
             assert estimate.total <= (1 + tol) * peak, f"estimate total above the measured peak; {where}"
+
+    def memory_peak_variants(self, estimate: MemoryEstimate) -> list[int]:
+        """Other peaks a step of this strategy really reaches, beside ``estimate.total`` (none by default).
+
+        Override it when the measured peak varies between runs for a reason the strategy documents
+        (a buffer a library's worker thread sometimes frees late): the check then accepts a peak
+        within the tolerance of the estimate or of one of these, or between the two.
+        """
+        return []
