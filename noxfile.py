@@ -305,8 +305,10 @@ def lightning(session: nox.Session) -> None:
 
 
 #: The share (percent) of Lightning's passing public-API tests that must pass on phalanx for the
-#: lightning session to pass: the figure reached so far, raised as it grows (the target is 95).
-LIGHTNING_SUITE_MIN = 50
+#: lightning session to pass: the target is 95 and the suite is at 95.1 % (369 of 388); the gate
+#: sits a margin below, so one slow test on a loaded machine does not fail the run, and a real
+#: regression (20 tests) does.
+LIGHTNING_SUITE_MIN = 90
 #: What Lightning's own tests import besides Lightning and pytest (the harness's list).
 LIGHTNING_SUITE_DEPS = [
     "pytest-xdist>=3", "cloudpickle", "scikit-learn", "pandas", "jsonargparse[signatures]", "omegaconf", "tqdm",
