@@ -70,7 +70,10 @@ class StepOptimizer:
         object.__setattr__(self, "_run", run)
         cls = _wrapper_base(type(self))
         if isinstance(optimizer, Optimizer):
-            object.__setattr__(self, "__class__", _imitating_class(cls, type(optimizer)))
+            try:
+                object.__setattr__(self, "__class__", _imitating_class(cls, type(optimizer)))
+            except TypeError:  # an optimizer class whose layout cannot be combined (__slots__): stay plain
+                pass
 
     def step(self, closure: Any = None, **kwargs: Any) -> Any:
         """Step through ``strategy.optimizer_step``; counts an optimizer step in manual optimization.
