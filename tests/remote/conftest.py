@@ -102,10 +102,9 @@ def bucket(s3_env: dict[str, str]) -> Iterator[str]:
     fs.mkdir(name)
     yield name
     fs.invalidate_cache()
-    found = fs.find(name)
-    if found:
-        fs.rm(found)
-    fs.rmdir(name)
+    fs.rm(name, recursive=True)  # every key, the folder markers a logger's makedirs leaves too, then the bucket
+    if fs.exists(name):
+        fs.rmdir(name)
     _fresh_filesystems()
 
 
