@@ -45,8 +45,11 @@ def _tests(session: str) -> tuple[int, float, list[tuple[float, str]]]:
     return len(cases), sum(t for t, _ in cases), cases
 
 
-def render() -> str:
-    """The page: a table of sessions (wall time, tests, test time), then the slowest tests."""
+def render(note: str = "") -> str:
+    """The page: a table of sessions (wall time, tests, test time), then the slowest tests.
+
+    ``note`` is printed under the heading: what else the machine was doing, for instance.
+    """
     if not SESSION_TIMES.exists():
         msg = f"no session times at {SESSION_TIMES.relative_to(ROOT)}: run `nox` (or `nox -s test-times`) first"
         raise SystemExit(msg)
@@ -57,7 +60,9 @@ def render() -> str:
         "",
         f"One full `nox` run (the README's test command) on {cores} CPU cores, recorded "
         f"{datetime.date.today().isoformat()}; `nox -s test-times` runs the suite again and rewrites this page.",
-        "Wall time includes each session's installs; test time is the sum of pytest's per-test times.",
+        "Wall time includes each session's installs; test time is the sum of pytest's per-test times",
+        "(larger than the wall time where two xdist workers ran tests side by side).",
+        *([f"{note}"] if note else []),
         "",
         "| session | wall time | tests | test time |",
         "|---|---:|---:|---:|",
@@ -77,8 +82,9 @@ def render() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--print", action="store_true", help="print the page instead of writing docs/test-times.md")
+    parser.add_argument("--note", default="", help="a sentence under the heading (e.g. how loaded the machine was)")
     args = parser.parse_args(argv)
-    page = render()
+    page = render(args.note)
     if args.print:
         sys.stdout.write(page)
     else:
