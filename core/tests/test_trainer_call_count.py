@@ -32,9 +32,11 @@ MAX_PHALANX_CALLS = 12
 #: builtins (getattr, isinstance, ...) called from phalanx code per step (measured 6.65; was 39).
 MAX_BUILTIN_CALLS = 8
 #: The same on the layered path, which any customisation of the step takes (measured 38.75 and
-#: 11.65 builtins; 41.5-43 before the strategy's no-op batch hook was skipped).
+#: 11.65 builtins; 41.5-43 before the strategy's no-op batch hook was skipped). Since the step's
+#: LightningOptimizer is an instance of the wrapped optimizer's class (as Lightning's is), each
+#: attribute read on it runs its ``__getattribute__``: 45.0 calls and 14.4 builtins measured.
 MAX_LAYERED_CALLS = 45
-MAX_LAYERED_BUILTIN_CALLS = 14
+MAX_LAYERED_BUILTIN_CALLS = 15
 _ROOT = os.path.dirname(phalanx.__file__) + os.sep
 
 

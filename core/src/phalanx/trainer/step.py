@@ -104,7 +104,9 @@ class StepOptimizer:
         # The imitated optimizer class sits in the MRO (for isinstance), but its methods and attributes
         # must act on the wrapped optimizer, not on this empty shell: only the wrapper's own names
         # (and dunders, which Python looks up on the type anyway) are looked up here.
-        if name.startswith("__") or name in _wrapper_names(type(self)):
+        # the per-class cache read inline: this runs on every attribute access of the step's hot path
+        names = object.__getattribute__(self, "__class__").__dict__.get("_wrapper_names_cache")
+        if name.startswith("__") or name in (names or _wrapper_names(type(self))):
             return object.__getattribute__(self, name)
         # read through __dict__: while unpickling, ``optimizer`` is not set yet, and asking for it
         # here would recurse forever (torch.save(trainer) then torch.load must round-trip)
