@@ -13,26 +13,27 @@ import os
 
 from phalanx._hints import install_hint, providing_distribution
 from phalanx.errors import PluginUnavailableError
-from phalanx.registry import GLOBAL_REGISTRIES
+from phalanx.registry import GLOBAL_REGISTRIES, Registry
 
 __all__ = ["registered_class"]
 
 _DISABLE_ENV = "PHALANX_DISABLE_PLUGINS"
 
 
-def registered_class(name: str, *, module: str) -> type:
+def registered_class(name: str, *, module: str, registries: tuple[Registry, ...] = ()) -> type:
     """The class named ``name`` that an installed plugin registered, in any registry.
 
     Args:
         name: A class name, e.g. ``"XLAPrecision"``.
         module: The module the name was asked from, for the messages.
+        registries: Where to look (every registry when empty), e.g. the strategy registry alone.
 
     Raises:
         PluginUnavailableError: A known provider is not installed, or installed but not loaded (an
             ``ImportError``, so ``from module import name`` fails with the install line).
         AttributeError: No plugin is known to provide the name.
     """
-    for registry in GLOBAL_REGISTRIES:
+    for registry in registries or GLOBAL_REGISTRIES:
         for entry in registry.entries():
             if entry.target_path.rpartition(":")[2].rpartition(".")[2] == name:
                 return registry.import_class(entry.name)
