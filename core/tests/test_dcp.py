@@ -8,7 +8,6 @@ and through ``AsyncCheckpointIO``, and compare what is read back with the weight
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from torch import nn
 import phalanx
 from phalanx.checkpoint_io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO, dcp
 from phalanx.errors import CheckpointError
+from phalanx.testing.processes import run_commands
 
 SCRIPT = Path(__file__).parent / "dcp_scripts" / "dcp_two_ranks.py"
 
@@ -151,32 +151,12 @@ def _free_port() -> int:
 
 
 def _run_two_ranks(out: Path, mode: str) -> None:
-    port = str(_free_port())
-    procs: list[subprocess.Popen[str]] = []
-    base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-    try:
-        for rank in range(2):
-            env = {**base, "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
-            env.update({"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})
-            command = [sys.executable, str(SCRIPT), str(out), mode]
-            procs.append(
-                subprocess.Popen(
-                    command,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                    env=env,
-                    start_new_session=True,
-                )
-            )
-        outputs = [proc.communicate(timeout=120)[0] for proc in procs]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate()
-    for rank, (proc, output) in enumerate(zip(procs, outputs)):
-        assert proc.returncode == 0, f"rank {rank} exited with {proc.returncode}:\n{output[-4000:]}"
+    env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "OMP_NUM_THREADS": "1"}
+    envs = [{**env, "RANK": str(rank), "PYTHONWARNINGS": "ignore"} for rank in range(2)]
+    results = run_commands([[str(SCRIPT), str(out), mode]] * 2, cwd=out, envs=envs, timeout=120)
+    for rank, result in enumerate(results):
+        assert result.returncode == 0, f"rank {rank} exited with {result.returncode}:\n{result.output()[-4000:]}"
+        result.check_leftovers()
 
 
 @pytest.mark.timeout(300)

@@ -364,7 +364,7 @@ def test_a_metric_missing_on_one_rank_fails_the_job_when_strict(tmp_path: Path) 
 
 
 def _run_ranks(tmp_path: Path, case: str) -> list[dict[str, Any]]:
-    job = Job([sys.executable, __file__, case, str(tmp_path)], tmp_path, env={"OMP_NUM_THREADS": "1"})
+    job = Job([sys.executable, __file__, case, str(tmp_path)], tmp_path, env={"OMP_NUM_THREADS": "1"}, warm=True)
     code = job.wait(timeout=120)
     assert code == 0, job.output()
     assert job.leftovers() == [], job.output()

@@ -109,11 +109,14 @@ def test_a_listening_socket_and_changed_variables_are_reported_and_the_variables
     assert restored == "before" and "PHALANX_LEAK_TEST_ADDED" not in os.environ
 
 
-def test_job_wait_kills_the_job_when_interrupted(tmp_path: Path) -> None:
-    """Any exception inside Job.wait (pytest-timeout's, Ctrl-C) ends the job's processes, orphans included."""
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_job_wait_kills_the_job_when_interrupted(tmp_path: Path, warm: bool) -> None:
+    """Any exception inside Job.wait (pytest-timeout's, Ctrl-C) ends the job's processes, orphans
+    included, whether the job was started as a new interpreter or forked from the warm parent."""
     script = tmp_path / "orphan_then_sleep.py"
     script.write_text(_ORPHAN + "import time\ntime.sleep(60)\n")
-    job = Job([str(script)], tmp_path)
+    job = Job([str(script)], tmp_path, warm=warm)
+    assert job.warm is warm
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt

@@ -19,7 +19,6 @@ import json
 import math
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -30,13 +29,11 @@ import torch
 import torch.nn.functional as F
 
 from phalanx.discovery import convert_checkpoint
-from phalanx.testing.processes import Job
+from phalanx.testing.processes import run_command
 
 SCRIPT = Path(__file__).parent / "scripts" / "callbacks_matrix.py"
 #: Seconds the two-process run may take before it is killed and the test fails (it takes ~15 s).
 RUN_TIMEOUT = 150.0
-#: Variables that would make the script think it is already a rank of some job.
-_RANK_VARS = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_PORT", "GROUP_RANK", "TORCHELASTIC_RUN_ID")
 #: Lightning's CPU statistics (``get_cpu_stats``), logged under ``DeviceStatsMonitor.<hook>/<stat>``.
 CPU_STATS = ("cpu_percent", "cpu_vm_percent", "cpu_swap_percent")
 THROUGHPUT_KEYS = ("time", "batches", "samples", "device/batches_per_sec", "device/samples_per_sec", "batches_per_sec",
@@ -56,20 +53,12 @@ def _run(strategy: str, workdir: Path) -> tuple[dict[str, Any], str]:
     """Run the script as a user would; return rank 0's JSON and the job's output."""
     out = workdir / "result.json"
     args = ["--strategy", strategy, "--devices", "2", "--accelerator", "cpu", "--root", str(workdir), "--out", str(out)]
-    saved = {key: os.environ.pop(key) for key in _RANK_VARS if key in os.environ}
-    try:
-        job = Job([sys.executable, str(SCRIPT), *args], workdir, env={"OMP_NUM_THREADS": "1"}, name="matrix")
-    finally:
-        os.environ.update(saved)
-    try:
-        code = job.wait(RUN_TIMEOUT)
-        left = job.leftovers()
-    finally:
-        job.kill_leftovers()
-    assert code == 0, f"callbacks_matrix.py --strategy {strategy} exited with {code}\n{job.output()[-8000:]}"
-    assert not left, f"callbacks_matrix.py left processes behind: {left}\n{job.output()[-4000:]}"
-    assert out.exists(), f"callbacks_matrix.py exited 0 but wrote no {out.name}\n{job.output()[-4000:]}"
-    return json.loads(out.read_text(encoding="utf-8")), job.output()
+    result = run_command([str(SCRIPT), *args], cwd=workdir, logs=workdir, env={"OMP_NUM_THREADS": "1"}, timeout=RUN_TIMEOUT)
+    output = result.output()
+    assert result.returncode == 0, f"callbacks_matrix.py --strategy {strategy} exited with {result.returncode}\n{output[-8000:]}"
+    result.check_leftovers()
+    assert out.exists(), f"callbacks_matrix.py exited 0 but wrote no {out.name}\n{output[-4000:]}"
+    return json.loads(out.read_text(encoding="utf-8")), output
 
 
 @dataclass

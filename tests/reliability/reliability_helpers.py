@@ -51,7 +51,7 @@ def running(
     """Start a script job; whatever happens in the block, nothing of it outlives the block."""
     saved = {key: os.environ.pop(key) for key in _RANK_VARS if key in os.environ}
     try:
-        job = Job(_command(script, *args), workdir, env=env or job_env(), name=name)
+        job = Job(_command(script, *args), workdir, env=env or job_env(), name=name, warm=True)
     finally:
         os.environ.update(saved)
     try:

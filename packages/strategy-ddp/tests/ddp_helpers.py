@@ -23,7 +23,7 @@ def start_job(workdir: Path, name: str, *args: str, env: dict[str, str] | None =
     command = (
         [sys.executable, str(SCRIPTS / args[0]), *args[1:]] if args[0].endswith(".py") else [sys.executable, *args]
     )
-    return Job(command, workdir, env={"OMP_NUM_THREADS": "1", **(env or {})}, name=name)
+    return Job(command, workdir, env={"OMP_NUM_THREADS": "1", **(env or {})}, name=name, warm=True)
 
 
 def load_json(path: Path) -> Any:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from phalanx.testing import processes
 
 SCRIPT = Path(__file__).parent / "scripts" / "ds_run.py"
 if str(SCRIPT.parent) not in sys.path:  # the tests reuse the script's model and data
@@ -32,20 +33,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _clean_env() -> dict[str, str]:
-    """The test's environment minus rank variables, so the script launches its own ranks."""
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_PORT")}
-    env["MASTER_ADDR"] = "127.0.0.1"
-    env["PYTHONFAULTHANDLER"] = "1"
-    env.setdefault("OMP_NUM_THREADS", "1")
-    return env
-
-
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+def _job_env() -> dict[str, str]:
+    """What a run needs on top of the test's environment (rank variables are never inherited)."""
+    return {"MASTER_ADDR": "127.0.0.1", "PYTHONFAULTHANDLER": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
 
 
 def pytest_timeout_for(runs: int) -> float:
@@ -54,21 +44,10 @@ def pytest_timeout_for(runs: int) -> float:
 
 
 def run_command(command: list[str], *, timeout: float = RUN_TIMEOUT, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``command`` in a new session; on timeout kill the whole group (ranks included) and fail."""
-    proc = subprocess.Popen(
-        command, env=_clean_env(), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        output, _ = proc.communicate()
-        pytest.fail(f"{' '.join(command)} timed out after {timeout}s; output tail:\n{output[-4000:]}")
-    except BaseException:  # pytest-timeout, Ctrl-C, ...: the new session would outlive the test
-        _kill_group(proc)
-        proc.communicate()
-        raise
-    return subprocess.CompletedProcess(command, proc.returncode, output, "")
+    """Run ``command`` as a marked job (phalanx.testing's runner: killed whole on timeout, no leftovers)."""
+    result = processes.run_command(command, cwd=cwd or Path.cwd(), timeout=timeout, env=_job_env())
+    result.check_leftovers()
+    return subprocess.CompletedProcess(command, result.returncode, result.stdout + result.stderr, "")
 
 
 def run_script(

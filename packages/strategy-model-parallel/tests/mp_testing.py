@@ -6,64 +6,31 @@ Named uniquely (not ``helpers``) because several packages' test folders may shar
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import pytest
+from phalanx.testing.processes import run_command
 
 SCRIPTS = Path(__file__).parent / "scripts"
 if str(SCRIPTS) not in sys.path:  # the scripts' shared model (mp_common.py) is used by tests too
     sys.path.insert(0, str(SCRIPTS))
 RUN_TIMEOUT = 150.0
-#: Variables that would make a child think it is already a rank of some job.
-_JOB_VARS = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "GROUP_RANK")
-
-
-def child_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _JOB_VARS}
-    env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONWARNINGS": "ignore"})
-    return env
+#: What every run adds to the test's environment (rank variables are never inherited).
+JOB_ENV = {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
 
 def run_script(script: str, *args: str, timeout: float = RUN_TIMEOUT, check: bool = True) -> tuple[int, str, float]:
     """Run a phalanx script (it launches its own ranks); returns (exit code, output, seconds).
 
-    On timeout, or when any process of the script's session outlives it, the session is killed
-    and the test fails.
+    On timeout, or when any process of the script outlives it, everything is killed and the test fails.
     """
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, str(SCRIPTS / script), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        env=child_env(),
-        cwd=str(SCRIPTS),
-    )
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"{script} did not finish within {timeout:.0f}s; its processes were killed:\n{out[-4000:]}")
-    elapsed = time.monotonic() - start
-    time.sleep(0.2)
-    try:
-        os.killpg(proc.pid, 0)
-    except ProcessLookupError:
-        pass
-    else:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail(f"{script} left processes behind in its session {proc.pid}")
+    result = run_command([str(SCRIPTS / script), *args], cwd=SCRIPTS, env=JOB_ENV, timeout=timeout)
+    output = result.stdout + result.stderr
+    result.check_leftovers()
     if check:
-        assert proc.returncode == 0, f"{script} {' '.join(args)} exited with {proc.returncode}:\n{out[-6000:]}"
-    return proc.returncode, out, elapsed
+        assert result.returncode == 0, f"{script} {' '.join(args)} exited with {result.returncode}:\n{output[-6000:]}"
+    return result.returncode, output, result.seconds
 
 
 def read_ranks(out: Path, tag: str, world_size: int) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ def start_fit(out: Path, epochs: int, *, env: dict[str, str] | None = None, name
     or, with ``PHALANX_FT_REPLICA_GROUP`` in ``env``, one group of a job whose groups start apart."""
     command = [sys.executable, str(SCRIPTS / "ft_fit.py"), str(out), str(epochs), json.dumps(options)]
     job_env = {"OMP_NUM_THREADS": "1", "RUST_LOG": "warn", **(env or {})}
-    return Job(command, out, env=job_env, name=name or f"ft_fit-{out.name}")
+    return Job(command, out, env=job_env, name=name or f"ft_fit-{out.name}", warm=True)
 
 
 def load_json(path: Path) -> Any:

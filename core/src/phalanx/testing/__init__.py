@@ -10,29 +10,23 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from phalanx.testing.conformance import (
-        START_METHODS_CHECKED,
-        ScriptResult,
-        StrategyConformance,
-        reference_run,
-        run_command,
-        run_script,
-    )
+    from phalanx.testing.conformance import START_METHODS_CHECKED, StrategyConformance, reference_run
     from phalanx.testing.kits.accelerator import AcceleratorConformance
     from phalanx.testing.kits.callback import CallbackConformance
     from phalanx.testing.kits.checkpoint_io import CheckpointIOConformance
     from phalanx.testing.kits.environment import ClusterEnvironmentConformance
     from phalanx.testing.kits.logger import LoggerConformance
     from phalanx.testing.kits.precision import PrecisionConformance
+    from phalanx.testing.processes import ScriptResult, run_command, run_script
 
 #: public name -> the module that defines it.
 _WHERE = {
     "START_METHODS_CHECKED": "phalanx.testing.conformance",
-    "ScriptResult": "phalanx.testing.conformance",
+    "ScriptResult": "phalanx.testing.processes",
     "StrategyConformance": "phalanx.testing.conformance",
     "reference_run": "phalanx.testing.conformance",
-    "run_command": "phalanx.testing.conformance",
-    "run_script": "phalanx.testing.conformance",
+    "run_command": "phalanx.testing.processes",
+    "run_script": "phalanx.testing.processes",
     "AcceleratorConformance": "phalanx.testing.kits.accelerator",
     "CallbackConformance": "phalanx.testing.kits.callback",
     "CheckpointIOConformance": "phalanx.testing.kits.checkpoint_io",

@@ -46,10 +46,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -57,7 +54,7 @@ import pytest
 
 from phalanx.testing._reference import reference_evaluation, reference_run
 from phalanx.testing._script import EVAL_SAMPLES, render_script
-from phalanx.testing.processes import Job, describe_processes
+from phalanx.testing.processes import ScriptResult, run_command, run_script
 
 __all__ = ["START_METHODS_CHECKED", "ScriptResult", "StrategyConformance", "reference_run", "run_command", "run_script"]
 
@@ -65,78 +62,6 @@ __all__ = ["START_METHODS_CHECKED", "ScriptResult", "StrategyConformance", "refe
 START_METHODS_CHECKED = ("popen", "spawn", "fork")
 #: Variables others set in the test process: pytest's bookkeeping, torch when it imports inductor.
 _NOT_OURS = frozenset({"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"})
-
-
-class ScriptResult:
-    """Exit code, output, wall time and leftovers of a command run by :func:`run_command`.
-
-    Attributes:
-        leftovers: ``pid: command line`` of processes still alive after the command exited (they
-            were killed); empty when it cleaned up after itself.
-        ended: ``time.time()`` when the command was first seen exited, for "how fast" checks.
-    """
-
-    def __init__(
-        self, returncode: int, stdout: str, stderr: str, seconds: float, *, leftovers: str = "", ended: float | None = None
-    ) -> None:
-        self.returncode, self.stdout, self.stderr, self.seconds = returncode, stdout, stderr, seconds
-        self.leftovers, self.ended = leftovers, ended
-
-    def output(self) -> str:
-        return f"--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
-
-    def check(self) -> ScriptResult:
-        """Raise with the script's output when it failed or left processes running."""
-        if self.returncode != 0:
-            msg = f"script exited with {self.returncode} after {self.seconds:.1f}s\n{self.output()}"
-            raise AssertionError(msg)
-        self.check_leftovers()
-        return self
-
-    def check_leftovers(self) -> None:
-        """Raise when the run left processes behind (they were killed already)."""
-        if self.leftovers:
-            msg = f"the run exited but left processes running (killed now):\n{self.leftovers}\n{self.output()}"
-            raise AssertionError(msg)
-
-
-def run_command(
-    command: Sequence[str],
-    *,
-    cwd: Path,
-    logs: Path | None = None,
-    timeout: float = 240.0,
-    env: dict[str, str] | None = None,
-) -> ScriptResult:
-    """Run ``command`` as a marked job in its own session; never hang, never leak.
-
-    On timeout everything the job started is killed and the test fails with its output. After
-    it exits, processes of the job still alive 2 s later are killed and listed in
-    :attr:`ScriptResult.leftovers`. ``command`` may start with a ``.py`` file (run with this
-    Python) or be e.g. ``[sys.executable, "-m", "torch.distributed.run", ...]``. Output goes to
-    files (no pipe can fill and stall the job) in ``logs``, else in a temporary folder removed
-    once read.
-    """
-    start = time.monotonic()
-    folder = logs if logs is not None else Path(tempfile.mkdtemp(prefix="phalanx-run-"))
-    try:
-        job = Job(command, folder, env=env, cwd=cwd, name="run")
-        try:
-            code = job.wait(timeout)
-        except TimeoutError:
-            pytest.fail(f"{' '.join(command)} did not finish within {timeout:g}s (killed everything it started)\n{job.output()}")
-        leftovers = job.leftovers()
-        described = describe_processes(leftovers) if leftovers else ""
-        job.kill_leftovers()
-        return ScriptResult(code, job.stdout, job.stderr, time.monotonic() - start, leftovers=described, ended=job.ended)
-    finally:
-        if logs is None:
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-def run_script(path: Path, *, timeout: float = 240.0, env: dict[str, str] | None = None) -> ScriptResult:
-    """Run ``python path`` in its folder with :func:`run_command` (output files go there too)."""
-    return run_command([str(path)], cwd=path.parent, logs=path.parent, timeout=timeout, env=env)
 
 
 def _max_diff(a: Any, b: Any) -> float:
@@ -195,16 +120,24 @@ class StrategyConformance:
         before = dict(os.environ)
         yield
         changed = {k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)} - _NOT_OURS
-        assert not changed, f"the test process's environment changed: {sorted(changed)}; a strategy must not leave variables set"
+        assert not changed, (
+            f"the test process's environment changed: {sorted(changed)}; a strategy must not leave variables set"
+        )
 
     # ------------------------------------------------------------------ runs
     @classmethod
     def _run(cls, out: Path, *, params: dict[str, Any] | None = None, **options: Any) -> ScriptResult:
         out.mkdir(parents=True, exist_ok=True)
         script = render_script(
-            out / "conformance_run.py", out=out, strategy=cls.strategy,
-            params=cls.strategy_params if params is None else params, accelerator=cls.accelerator,
-            devices=cls.devices, steps=cls.steps, resume_at=cls.resume_at, **options,
+            out / "conformance_run.py",
+            out=out,
+            strategy=cls.strategy,
+            params=cls.strategy_params if params is None else params,
+            accelerator=cls.accelerator,
+            devices=cls.devices,
+            steps=cls.steps,
+            resume_at=cls.resume_at,
+            **options,
         )
         result = run_script(script, timeout=cls.timeout)
         result.check_leftovers()
@@ -230,13 +163,19 @@ class StrategyConformance:
         import torch
 
         result = json.loads((out / "result.json").read_text())
-        assert result["world_size"] == self.devices, f"devices={self.devices} trained with world_size={result['world_size']}"
+        assert result["world_size"] == self.devices, (
+            f"devices={self.devices} trained with world_size={result['world_size']}"
+        )
         expected_state, expected_losses = reference_run(result["world_size"], self.steps)
         losses = _losses(out / losses_file)
         expected_losses = expected_losses[first_step:]
-        assert len(losses) == len(expected_losses), f"rank 0 logged {len(losses)} training steps, expected {len(expected_losses)}"
+        assert len(losses) == len(expected_losses), (
+            f"rank 0 logged {len(losses)} training steps, expected {len(expected_losses)}"
+        )
         worst = max(abs(a - b) for a, b in zip(losses, expected_losses))
-        assert worst <= self.atol, f"losses differ from plain PyTorch by up to {worst:.3g} (atol={self.atol:g}):\n{losses}\n{expected_losses}"
+        assert worst <= self.atol, (
+            f"losses differ from plain PyTorch by up to {worst:.3g} (atol={self.atol:g}):\n{losses}\n{expected_losses}"
+        )
         state = torch.load(out / "portable.ckpt", weights_only=True)["state_dict"]
         for name, value in expected_state.items():
             diff = _max_diff(state[name], value)
@@ -263,16 +202,26 @@ class StrategyConformance:
         from phalanx.registry import AcceleratorRegistry
         from phalanx.strategies import ParallelStrategy
 
-        trainer = Trainer(strategy=self._strategy_argument(), accelerator=self.accelerator, devices=self.devices, logger=False, enable_progress_bar=False)
+        trainer = Trainer(
+            strategy=self._strategy_argument(),
+            accelerator=self.accelerator,
+            devices=self.devices,
+            logger=False,
+            enable_progress_bar=False,
+        )
         strategy = trainer.strategy
         parts = {"accelerator": Accelerator, "precision_plugin": Precision, "checkpoint_io": CheckpointIO}
         if isinstance(strategy, ParallelStrategy):
             parts["cluster_environment"] = ClusterEnvironment
         for part, kind in parts.items():
             value = getattr(strategy, part)
-            assert isinstance(value, kind), f"{type(strategy).__name__}.{part} is {value!r} after Trainer connected it, not a {kind.__name__}"
+            assert isinstance(value, kind), (
+                f"{type(strategy).__name__}.{part} is {value!r} after Trainer connected it, not a {kind.__name__}"
+            )
         expected = AcceleratorRegistry.get_class(self.accelerator)
-        assert isinstance(strategy.accelerator, expected), f"accelerator={self.accelerator!r} gave {strategy.accelerator!r}"
+        assert isinstance(strategy.accelerator, expected), (
+            f"accelerator={self.accelerator!r} gave {strategy.accelerator!r}"
+        )
         assert trainer.world_size == self.devices, f"devices={self.devices} gave world_size={trainer.world_size}"
 
     def test_fit_matches_plain_pytorch(self, fitted: Path) -> None:
@@ -316,7 +265,9 @@ class StrategyConformance:
         uninterrupted = torch.load(fitted / "portable.ckpt", weights_only=True)["state_dict"]
         for name, value in uninterrupted.items():
             diff = _max_diff(resumed[name], value)
-            assert diff <= self.resume_atol, f"resumed {name} differs from the uninterrupted run by {diff:.3g} (resume_atol={self.resume_atol:g})"
+            assert diff <= self.resume_atol, (
+                f"resumed {name} differs from the uninterrupted run by {diff:.3g} (resume_atol={self.resume_atol:g})"
+            )
 
     def test_validate_test_predict_after_fit(self, fitted: Path) -> None:
         import torch
@@ -326,7 +277,9 @@ class StrategyConformance:
         expected = reference_evaluation(state)
         for stage, key in (("validate", "val_loss"), ("test", "test_loss")):
             metrics = result[stage]
-            assert isinstance(metrics, list) and metrics and key in metrics[0], f"trainer.{stage} returned {metrics!r}, expected [{{{key!r}: ...}}]"
+            assert isinstance(metrics, list) and metrics and key in metrics[0], (
+                f"trainer.{stage} returned {metrics!r}, expected [{{{key!r}: ...}}]"
+            )
             diff = abs(metrics[0][key] - expected[key])
             assert diff <= self.atol, f"trainer.{stage}: {key}={metrics[0][key]!r}, plain PyTorch {expected[key]!r}"
         assert result["predicted_batches"], f"trainer.predict returned no predictions ({result['predicted_batches']!r})"
@@ -335,14 +288,18 @@ class StrategyConformance:
             saved = torch.load(path, weights_only=True)
             for index, row in zip(saved["index"].tolist(), saved["out"]):
                 seen[index] = row
-        assert sorted(seen) == list(range(EVAL_SAMPLES)), f"predict_step saw samples {sorted(seen)}, expected all {EVAL_SAMPLES}"
+        assert sorted(seen) == list(range(EVAL_SAMPLES)), (
+            f"predict_step saw samples {sorted(seen)}, expected all {EVAL_SAMPLES}"
+        )
         worst = max(_max_diff(seen[i], expected["predictions"][i]) for i in seen)
         assert worst <= self.atol, f"predictions differ from plain PyTorch by up to {worst:.3g} (atol={self.atol:g})"
 
     def test_failing_rank_stops_the_job(self, tmp_path: Path) -> None:
         result = self._run(tmp_path, fail_at=2)
         assert result.returncode != 0, "a rank raised but the job exited 0"
-        assert "deliberate failure on the last rank" in result.stdout + result.stderr, f"the error is not reported:\n{result.output()}"
+        assert "deliberate failure on the last rank" in result.stdout + result.stderr, (
+            f"the error is not reported:\n{result.output()}"
+        )
         assert not (tmp_path / "result.json").exists()
         raised = float((tmp_path / "failed_at.txt").read_text())
         assert result.ended is not None

@@ -8,9 +8,9 @@ from typing import Any, ClassVar
 
 import pytest
 
-from phalanx.testing.conformance import ScriptResult, run_script
 from phalanx.testing.kits._common import ConformanceKit, import_paths, target_spec
 from phalanx.testing.kits._rank_script import PHASES, render_rank_script
+from phalanx.testing.processes import ScriptResult, run_script
 
 __all__ = ["RankRunKit", "Runs"]
 

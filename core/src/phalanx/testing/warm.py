@@ -1,0 +1,355 @@
+"""A pre-warmed parent process that forks test jobs with torch already imported.
+
+Importing torch takes 1.5-2 s on an idle machine and several times that on a loaded one, and a
+test suite that runs a few hundred scripts pays it once per script before the script does anything.
+Where the start of the process is not what a test is about, :class:`~phalanx.testing.processes.Job`
+(``warm=True``) asks this module's parent process instead: it has imported torch and
+torch.distributed once, and forks a child per job that becomes what ``python script.py args``
+(or ``python -m module args``) would have been: the job's environment, working directory, output
+files, ``sys.argv``, ``sys.path``, its own session, fresh random seeds, torch's thread count from
+``OMP_NUM_THREADS``. What the script then does is real: its launcher re-runs, spawns or forks ranks
+exactly as it would, torchrun starts its workers, gloo connects.
+
+A job is started cold (a plain ``subprocess.Popen``) when it cannot be made equivalent: another
+interpreter, interpreter options (``-X``, ``-W``, ``-c``...), or an environment variable that takes
+effect when the interpreter or torch starts (:data:`COLD_VARIABLES`). ``PHALANX_TEST_WARM=0`` turns
+warm starts off for a whole run.
+
+The protocol is one JSON line per request on the parent's stdin, one line per reply on its stdout;
+a child's exit status is written to a file beside its output when the parent reaps it (``.exit``),
+so a waiting test reads a file, as it reads the job's output. The parent exits when its stdin
+closes, i.e. when the test process that started it ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+__all__ = ["COLD_VARIABLES", "WarmParent", "can_start_warm", "warm_parent"]
+
+#: Environment variables read when the interpreter or torch starts, which a forked child could not
+#: honour: a job whose environment sets one to a value other than this process's starts cold.
+COLD_VARIABLES = (
+    "PYTHONHASHSEED",
+    "PYTHONHOME",
+    "PYTHONSAFEPATH",
+    "PYTHONNOUSERSITE",
+    "PYTHONDONTWRITEBYTECODE",
+    "PYTHONMALLOC",
+    "PYTHONDEVMODE",
+    "PYTHONUTF8",
+    "PYTHONIOENCODING",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "MKL_NUM_THREADS",
+    "KMP_AFFINITY",
+    "GOMP_CPU_AFFINITY",
+    "TORCH_CPP_LOG_LEVEL",
+    "TORCH_SHOW_CPP_STACKTRACES",
+    "TORCH_LOGS",
+    "COVERAGE_PROCESS_START",
+)
+#: What the parent imports before it forks anything.
+PRELOAD = ("torch", "torch.distributed", "torch.nn", "torch.optim", "torch.utils.data")
+#: Set to "0" to start every job cold.
+SWITCH = "PHALANX_TEST_WARM"
+
+
+def can_start_warm(command: Sequence[str], env: dict[str, str]) -> bool:
+    """Whether ``command`` run with ``env`` can be forked from the warm parent (see the module doc)."""
+    if os.environ.get(SWITCH, "1") == "0" or sys.platform != "linux" or len(command) < 2:
+        return False
+    if os.path.realpath(command[0]) != os.path.realpath(sys.executable):
+        return False
+    if command[1] == "-m":
+        if len(command) < 3:
+            return False
+    elif command[1].startswith("-") or not command[1].endswith(".py"):
+        return False
+    return all(env.get(name) == os.environ.get(name) for name in COLD_VARIABLES)
+
+
+class WarmParent:
+    """The client side: starts the parent process lazily and asks it to fork jobs."""
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    def start(self, command: Sequence[str], *, env: dict[str, str], cwd: Path, stdout: Path, stderr: Path) -> int:
+        """Fork ``command`` (``[python, script, ...]`` or ``[python, -m, module, ...]``); return its pid."""
+        request = {
+            "argv": list(command[1:]),
+            "env": env,
+            "cwd": str(cwd),
+            "stdout": str(stdout),
+            "stderr": str(stderr),
+            "exit": str(exit_file(stdout)),
+        }
+        with self._lock:
+            process = self._running()
+            assert process.stdin is not None and process.stdout is not None
+            process.stdin.write(json.dumps(request).encode() + b"\n")
+            process.stdin.flush()
+            reply = process.stdout.readline()
+        if not reply:
+            msg = f"the warm parent process ended (exit {process.wait()}); set {SWITCH}=0 to start jobs cold"
+            raise RuntimeError(msg)
+        return int(json.loads(reply)["pid"])
+
+    def _running(self) -> subprocess.Popen[bytes]:
+        if self._process is None or self._process.poll() is not None:
+            # The parent belongs to no job and no test (PHALANX_TEST_JOB / _CASE): the leak checks
+            # must not count it, and each job gets its own values in its request.
+            env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_TEST_")}
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "phalanx.testing.warm"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=env,
+                start_new_session=True,
+            )
+        return self._process
+
+    def close(self) -> None:
+        """End the parent process (its forked jobs are not its to end: each is in a session of its own)."""
+        with self._lock:
+            if self._process is not None and self._process.poll() is None:
+                assert self._process.stdin is not None
+                self._process.stdin.close()
+                try:
+                    self._process.wait(10)
+                except subprocess.TimeoutExpired:
+                    self._process.kill()
+                    self._process.wait()
+            self._process = None
+
+    @property
+    def pid(self) -> int | None:
+        """The parent's pid while it runs."""
+        return self._process.pid if self._process is not None and self._process.poll() is None else None
+
+
+_parent: WarmParent | None = None
+
+
+def warm_parent() -> WarmParent:
+    """This process's one :class:`WarmParent` (closed at exit)."""
+    global _parent
+    if _parent is None:
+        import atexit
+
+        _parent = WarmParent()
+        atexit.register(_parent.close)
+    return _parent
+
+
+def exit_file(stdout: Path) -> Path:
+    """Where the parent writes the exit status of the job whose stdout is ``stdout``."""
+    return stdout.with_name(stdout.name + ".exit")
+
+
+# --- the parent process ----------------------------------------------------------------------
+
+
+def _serve() -> None:
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    _die_with_parent()
+    base_path = [p for p in sys.path[1:] if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    threads = _default_threads()
+    exits: dict[int, str] = {}
+    requests = sys.stdin.buffer
+    replies = sys.stdout.buffer
+    pending = b""
+    while True:
+        ready, _, _ = select.select([requests], [], [], 0.01)
+        if ready:
+            chunk = os.read(requests.fileno(), 65536)
+            if not chunk:
+                break
+            pending += chunk
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                request = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    _become(request, base_path, threads)  # never returns
+                exits[pid] = request["exit"]
+                replies.write(json.dumps({"pid": pid}).encode() + b"\n")
+                replies.flush()
+        _reap(exits)
+    # stdin closed: the test process is gone; its jobs finish on their own, reaped by init.
+
+
+def _reap(exits: dict[int, str]) -> None:
+    while exits:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        path = exits.pop(pid, None)
+        if path is not None:
+            tmp = f"{path}.tmp"
+            with open(tmp, "w") as fh:
+                fh.write(str(os.waitstatus_to_exitcode(status)))
+            os.replace(tmp, path)  # a reader sees the whole code or no file
+
+
+def _die_with_parent() -> None:
+    """Exit when the test process dies without closing stdin (SIGKILL): PR_SET_PDEATHSIG."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _default_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def _become(request: dict, base_path: list[str], threads: int) -> None:
+    """In the forked child: turn into the requested job, run it, exit with its status."""
+    code = 1
+    try:
+        os.setsid()
+        for signum in (signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _redirect(request["stdout"], request["stderr"])
+        env: dict[str, str] = request["env"]
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(request["cwd"])
+        argv: list[str] = request["argv"]
+        extra = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        import random
+
+        random.seed()
+        _startup_options(env)
+        import torch
+
+        torch.set_num_threads(int(env["OMP_NUM_THREADS"]) if env.get("OMP_NUM_THREADS") else threads)
+        code = _run(argv, extra, base_path)
+    except BaseException:  # the child must never return into the parent's loop
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        _exit(code)
+
+
+def _startup_options(env: dict[str, str]) -> None:
+    """What the interpreter does at start for PYTHONFAULTHANDLER and PYTHONWARNINGS."""
+    import faulthandler
+    import warnings
+
+    if env.get("PYTHONFAULTHANDLER"):
+        faulthandler.enable()
+    options = [option for option in env.get("PYTHONWARNINGS", "").split(",") if option]
+    if options:
+        sys.warnoptions[:] = options
+        for option in options:
+            warnings._setoption(option)  # type: ignore[attr-defined]  # how the interpreter applies them
+
+
+def _redirect(stdout: str, stderr: str) -> None:
+    import io
+
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    for fd, path in ((1, stdout), (2, stderr)):
+        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        os.dup2(target, fd)
+        os.close(target)
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True, write_through=unbuffered)
+    sys.stderr = io.TextIOWrapper(
+        io.FileIO(2, "w", closefd=False), errors="backslashreplace", line_buffering=True, write_through=True
+    )
+    sys.__stdout__, sys.__stderr__, sys.__stdin__ = sys.stdout, sys.stderr, sys.stdin
+
+
+def _run(argv: list[str], extra: list[str], base_path: list[str]) -> int:
+    """Run the script or module as ``__main__``; return the exit code a real interpreter would."""
+    import runpy
+
+    try:
+        if argv[0] == "-m":
+            sys.argv = [argv[1], *argv[2:]]  # run_module replaces argv[0] by the module's file
+            sys.path[:] = [os.getcwd(), *extra, *base_path]
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            script = os.path.abspath(argv[0])
+            sys.argv = list(argv)
+            sys.path[:] = [os.path.dirname(script), *extra, *base_path]
+            runpy.run_path(script, run_name="__main__")
+        return 0
+    except SystemExit as stop:
+        if stop.code is None:
+            return 0
+        if isinstance(stop.code, int):
+            return stop.code
+        print(stop.code, file=sys.stderr)
+        return 1
+    except BaseException as error:  # uncaught: reported through sys.excepthook, as the interpreter does
+        sys.excepthook(type(error), error, _script_frames(error.__traceback__))
+        if isinstance(error, KeyboardInterrupt):
+            _finish()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)  # exit "killed by SIGINT", as the interpreter does
+        return 1
+
+
+def _script_frames(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback from the script's first frame on (without this module's and runpy's)."""
+    while tb is not None and (tb.tb_frame.f_code.co_filename in (__file__, "<frozen runpy>")):
+        tb = tb.tb_next
+    return tb
+
+
+def _finish() -> None:
+    """What the interpreter does at exit before finalising: join threads, run atexit, flush."""
+    import atexit
+    import threading as threads
+
+    try:
+        threads._shutdown()  # type: ignore[attr-defined]
+    except BaseException:  # a thread that cannot be joined must not stop the exit
+        pass
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _exit(code: int) -> None:
+    try:
+        _finish()
+    finally:
+        os._exit(code & 0xFF if code >= 0 else 1)
+
+
+if __name__ == "__main__":
+    _serve()
