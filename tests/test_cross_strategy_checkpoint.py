@@ -9,13 +9,13 @@ epoch from the file's weights and AdamW state, on the same two ranks' batches (t
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from phalanx.testing.processes import run_command
 
 ROOT = Path(__file__).resolve().parents[1]
 FSDP_TESTS = ROOT / "packages" / "strategy-fsdp" / "tests"
@@ -36,9 +36,9 @@ def test_a_ddp_full_checkpoint_resumes_exactly_under_fsdp(tmp_path: Path) -> Non
 
     ckpt = tmp_path / "ddp_full.ckpt"
     command = [sys.executable, str(ROOT / "tests" / "scripts" / "ddp_full_checkpoint.py"), str(SCRIPTS), str(ckpt)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT, start_new_session=True, env=env)
+    done = run_command(command, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=RUN_TIMEOUT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done.check_leftovers()
     full = torch.load(ckpt, weights_only=True)
     assert full["global_step"] == 3 and full["state_dict"]  # 6 batches per rank, accumulate 2
 

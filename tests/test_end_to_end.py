@@ -11,14 +11,17 @@ from pathlib import Path
 
 import pytest
 
+from phalanx.testing.processes import run_command
+
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "examples" / "demo.py"
 
 
 def _demo(tmp_path: Path, *args: str) -> str:
     command = [sys.executable, str(DEMO), "--max-steps", "30", "--no-progress-bar", "--root-dir", str(tmp_path), *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=240, start_new_session=True)
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = run_command(command, cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.output()
+    result.check_leftovers()
     return result.stdout
 
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from trainer_helpers import loader, quiet
 
 from phalanx import Module, Trainer
 from phalanx.errors import MisconfigurationError
+from phalanx.testing.processes import run_command
 from phalanx.utilities.compile import compile_context, from_compiled
 
 pytestmark = pytest.mark.timeout(180)
@@ -84,11 +84,7 @@ def test_fit_compiled_with_inductor_equals_eager() -> None:
     Inductor caches compiled kernels process-wide (and sets an environment variable to load them), so
     the compiled fit runs in a child process that takes its state with it.
     """
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
-    env["OMP_NUM_THREADS"] = "1"
-    proc = subprocess.run(
-        [sys.executable, __file__], capture_output=True, text=True, timeout=150, env=env, cwd=os.path.dirname(__file__)
-    )
+    proc = run_command([sys.executable, __file__], cwd=Path(__file__).parent, env={"OMP_NUM_THREADS": "1"}, timeout=150)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["same_module"] and result["forward_compiled"]

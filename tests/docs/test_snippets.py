@@ -9,14 +9,12 @@ group, which is killed if anything is left. How a snippet is marked: see ``snipp
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from snippets import ROOT, Snippet, collect, script_for
+
+from phalanx.testing.processes import run_command
 
 SNIPPETS = collect()
 QUICK_TIMEOUT, LONG_TIMEOUT = 120, 300
@@ -34,24 +32,11 @@ def test_snippet_runs(snippet: Snippet, tmp_path: Path) -> None:
     page = [s for s in SNIPPETS if s.page == snippet.page]
     script = tmp_path / "snippet.py"
     script.write_text(script_for(snippet, page), encoding="utf-8")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PHALANX_DOCS_SNIPPET": snippet.test_id}
     timeout = LONG_TIMEOUT if snippet.long else QUICK_TIMEOUT
-    process = subprocess.Popen(
-        [sys.executable, str(script)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, start_new_session=True,
-    )
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        pytest.fail(f"{snippet.test_id} did not finish within {timeout}s (killed)\n{output}")
-    finally:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)  # anything the snippet left behind
-        except ProcessLookupError:
-            pass
-    assert process.returncode == 0, f"{snippet.test_id} exited with {process.returncode}:\n{output}"
+    # The snippet's processes (a launcher's ranks) are killed with it on timeout; what it leaves
+    # behind after exiting is killed too (a page's example need not clean up like a test).
+    done = run_command([str(script)], cwd=tmp_path, env={"PHALANX_DOCS_SNIPPET": snippet.test_id}, timeout=timeout)
+    assert done.returncode == 0, f"{snippet.test_id} exited with {done.returncode}:\n{done.output()}"
 
 
 def test_every_page_is_collected() -> None:

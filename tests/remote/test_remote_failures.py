@@ -9,9 +9,7 @@ and a resume from it must train exactly like plain PyTorch.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,6 +22,7 @@ from test_remote_fit import SCRIPT, plain_reference
 from phalanx import Trainer
 from phalanx.callbacks import ModelCheckpoint
 from phalanx.errors import CheckpointError, PhalanxError
+from phalanx.testing.processes import Job
 from phalanx.trainer.checkpointing import find_last_checkpoint
 
 STEPS_PER_EPOCH = len(dataset()) // BATCH
@@ -45,21 +44,21 @@ def test_kill_during_an_upload_leaves_the_previous_checkpoint_as_last(
     root = f"s3://{bucket}/run"
     env = {**s3_env, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, str(SCRIPT), "kill", "single_device", "1", root, "2", str(tmp_path / "out")]
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    job = Job(command, tmp_path, env=env, warm=True)
     killed_during: list[str] = []
     try:
         deadline = time.monotonic() + 200
-        while proc.poll() is None and time.monotonic() < deadline:
+        while job.poll() is None and time.monotonic() < deadline:
             killed_during = _uploads(bucket)
             if killed_during:
-                os.killpg(proc.pid, signal.SIGKILL)
+                job.signal_group(signal.SIGKILL)
                 break
             time.sleep(0.02)
+        job.wait(30)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        output = proc.communicate()[0]
-    assert killed_during, f"the run ended (exit {proc.returncode}) before an upload was seen:\n{output[-3000:]!r}"
+        job.kill_leftovers()
+    output = job.output()
+    assert killed_during, f"the run ended (exit {job.process.returncode}) before an upload was seen:\n{output[-3000:]}"
 
     fs = s3fs.S3FileSystem(skip_instance_cache=True)
     checkpoints = f"{root}/lightning_logs/version_0/checkpoints"

@@ -9,9 +9,6 @@ gradient of the two batches together).
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +17,8 @@ import pytest
 import torch
 from remote_fit import BATCH, dataset, layers, optimizer, train
 from torch import nn
+
+from phalanx.testing.processes import RANK_VARIABLES, run_command
 
 SCRIPT = Path(__file__).parent / "scripts" / "remote_fit.py"
 RUN_TIMEOUT = 240
@@ -49,24 +48,12 @@ def plain_reference(epochs: int, world_size: int) -> dict[str, torch.Tensor]:
 def run(mode: str, strategy: str, devices: int, root: str, epochs: int, out: Path, env: dict[str, str]) -> None:
     """Run the script in its own session; kill the whole group when it outlives its timeout."""
     command = [sys.executable, str(SCRIPT), mode, strategy, str(devices), root, str(epochs), str(out)]
-    clean = {k: v for k, v in env.items() if k not in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_PORT")}
-    clean.update(OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1")
-    proc = subprocess.Popen(
-        command,
-        env=clean,
-        cwd=out.parent,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=RUN_TIMEOUT)
-    except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise
-    assert proc.returncode == 0, f"{' '.join(command)} exited {proc.returncode}:\n{output[-6000:]}"
+    extra = {**env, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "MASTER_ADDR": "127.0.0.1"}
+    for name in RANK_VARIABLES:  # env is a whole environment: its rank variables go too
+        extra.pop(name, None)
+    done = run_command(command, cwd=out.parent, env=extra, timeout=RUN_TIMEOUT)
+    assert done.returncode == 0, f"{' '.join(command)} exited {done.returncode}:\n{done.output()[-6000:]}"
+    done.check_leftovers()
 
 
 def result(out: Path) -> dict[str, Any]:

@@ -9,10 +9,7 @@ weights equal the uninterrupted run's, and the 2-epoch weights equal plain PyTor
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +17,7 @@ import torch
 from fsdp_testing import RUN_TIMEOUT, SCRIPTS, pytest_timeout_for, run_phalanx
 
 from phalanx.checkpoint_io import dcp
+from phalanx.testing.processes import run_command
 
 pytestmark = pytest.mark.timeout(pytest_timeout_for(runs=3))
 
@@ -80,26 +78,10 @@ def test_a_kill_during_an_async_save_leaves_the_previous_last(reference: Path) -
     """SIGKILL to every rank while epoch 1's "last" is written: "last" is still epoch 0's, complete."""
     out = reference / "async_kill"
     out.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")}
-    env.update({"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})
-    proc = subprocess.Popen(
-        [sys.executable, str(SCRIPTS / "async_kill.py"), str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        cwd=str(SCRIPTS),
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=RUN_TIMEOUT)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # nothing may survive the group, whatever happened
-        except ProcessLookupError:
-            pass
-        proc.communicate()
-    assert proc.returncode == -signal.SIGKILL, f"expected the run to be killed:\n{output[-4000:]}"
+    env = {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    done = run_command([str(SCRIPTS / "async_kill.py"), str(out)], cwd=SCRIPTS, env=env, timeout=RUN_TIMEOUT)
+    assert done.returncode == -signal.SIGKILL, f"expected the run to be killed:\n{done.output()[-4000:]}"
+    done.check_leftovers()
     last = out / "ckpts" / "last.ckpt"
     assert dcp.is_dcp_checkpoint(last)
     assert dcp.read_meta(last)["global_step"] == 3  # epoch 0's, not the save in flight

@@ -67,7 +67,7 @@ def measure(
     """Run the probe once for every (width, strategy); ``"name-width"`` -> one record per rank."""
     env = {"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
     command = [sys.executable, "-m", "phalanx.testing.memory_probe", str(out), ",".join(map(str, widths)), *strategies]
-    job = Job(command, out, env=env, name="memory_probe")
+    job = Job(command, out, env=env, name="memory_probe", warm=True)
     code = job.wait(timeout)
     if code != 0:
         msg = f"the memory probe exited with {code}:\n{job.output()}"
