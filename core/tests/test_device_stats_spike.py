@@ -170,7 +170,7 @@ def test_invalid_mode_names_the_choices() -> None:
 
 @pytest.mark.timeout(150)
 def test_one_rank_spiking_stops_both_ranks(tmp_path: Path) -> None:
-    job = Job([sys.executable, __file__, str(tmp_path)], tmp_path, env={"OMP_NUM_THREADS": "1"})
+    job = Job([sys.executable, __file__, str(tmp_path)], tmp_path, env={"OMP_NUM_THREADS": "1"}, warm=True)
     code = job.wait(timeout=120)
     assert code == 0, job.output()
     assert job.leftovers() == [], job.output()

@@ -356,7 +356,7 @@ def test_a_metric_missing_on_one_rank_skips_the_check_on_every_rank(tmp_path: Pa
 
 @pytest.mark.timeout(150)
 def test_a_metric_missing_on_one_rank_fails_the_job_when_strict(tmp_path: Path) -> None:
-    job = Job([sys.executable, __file__, "strict", str(tmp_path)], tmp_path, env={"OMP_NUM_THREADS": "1"})
+    job = Job([sys.executable, __file__, "strict", str(tmp_path)], tmp_path, env={"OMP_NUM_THREADS": "1"}, warm=True)
     code = job.wait(timeout=120)
     assert code != 0
     assert job.leftovers() == [], job.output()

@@ -168,7 +168,7 @@ def test_setting_an_invalid_factor_names_the_value() -> None:
 # ------------------------------------------------------------------ two processes
 @pytest.mark.timeout(150)
 def test_two_ranks_each_equal_a_plain_loop_over_their_shard(tmp_path: Path) -> None:
-    job = Job([sys.executable, __file__, str(tmp_path)], tmp_path, env={"OMP_NUM_THREADS": "1"})
+    job = Job([sys.executable, __file__, str(tmp_path)], tmp_path, env={"OMP_NUM_THREADS": "1"}, warm=True)
     code = job.wait(timeout=120)
     assert code == 0, job.output()
     assert job.leftovers() == [], job.output()

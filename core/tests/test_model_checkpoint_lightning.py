@@ -209,7 +209,7 @@ def test_missing_monitor_error_names_the_key_and_the_logged_keys(tmp_path: Path)
 
 @pytest.mark.timeout(150)
 def test_missing_monitor_raises_the_same_error_on_every_rank(tmp_path: Path) -> None:
-    job = Job([sys.executable, __file__, str(tmp_path)], tmp_path, env={"OMP_NUM_THREADS": "1"})
+    job = Job([sys.executable, __file__, str(tmp_path)], tmp_path, env={"OMP_NUM_THREADS": "1"}, warm=True)
     code = job.wait(timeout=120)
     assert code == 0, job.output()
     assert job.leftovers() == [], job.output()

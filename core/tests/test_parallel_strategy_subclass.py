@@ -47,7 +47,7 @@ def _plain_reference() -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("start_method", ["popen", "spawn", "fork"])
 def test_subclass_overriding_only_wrap_model_trains_on_two_processes(tmp_path: Path, start_method: str) -> None:
-    job = Job([sys.executable, str(SCRIPT), start_method, str(tmp_path)], tmp_path, env={"OMP_NUM_THREADS": "1"})
+    job = Job([sys.executable, str(SCRIPT), start_method, str(tmp_path)], tmp_path, env={"OMP_NUM_THREADS": "1"}, warm=True)
     code = job.wait(timeout=120)
     assert code == 0, job.output()
     assert job.leftovers() == [], job.output()

@@ -108,7 +108,7 @@ def test_invalid_interval_names_the_choices() -> None:
 
 @pytest.mark.timeout(150)
 def test_two_ranks_write_their_own_files_covering_the_dataset_once(tmp_path: Path) -> None:
-    job = Job([sys.executable, __file__, str(tmp_path)], tmp_path, env={"OMP_NUM_THREADS": "1"})
+    job = Job([sys.executable, __file__, str(tmp_path)], tmp_path, env={"OMP_NUM_THREADS": "1"}, warm=True)
     code = job.wait(timeout=120)
     assert code == 0, job.output()
     assert job.leftovers() == [], job.output()

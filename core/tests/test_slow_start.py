@@ -29,7 +29,7 @@ TIMEOUT = timedelta(seconds=2)
 
 @pytest.mark.timeout(150)
 def test_a_late_rank_is_waited_for_beyond_the_collective_timeout(tmp_path: Path) -> None:
-    job = Job([sys.executable, __file__, str(tmp_path)], tmp_path, env={"OMP_NUM_THREADS": "1"})
+    job = Job([sys.executable, __file__, str(tmp_path)], tmp_path, env={"OMP_NUM_THREADS": "1"}, warm=True)
     code = job.wait(timeout=120)
     assert code == 0, job.output()
     assert job.leftovers() == [], job.output()

@@ -53,7 +53,7 @@ class Record(Callback):
 @pytest.mark.timeout(200)
 def test_fsdp_summary_counts_global_parameters(tmp_path: Path) -> None:
     assert sum(p.numel() for p in Net().parameters()) == EXPECTED  # the plain-PyTorch count
-    job = Job([sys.executable, __file__, str(tmp_path)], tmp_path, env={"OMP_NUM_THREADS": "1"})
+    job = Job([sys.executable, __file__, str(tmp_path)], tmp_path, env={"OMP_NUM_THREADS": "1"}, warm=True)
     code = job.wait(timeout=180)
     assert code == 0, job.output()
     assert job.leftovers() == [], job.output()

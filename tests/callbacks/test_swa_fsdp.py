@@ -36,7 +36,7 @@ class Net(Module):
 
 @pytest.mark.timeout(200)
 def test_swa_refuses_fsdp_on_every_rank(tmp_path: Path) -> None:
-    job = Job([sys.executable, __file__, str(tmp_path)], tmp_path, env={"OMP_NUM_THREADS": "1"})
+    job = Job([sys.executable, __file__, str(tmp_path)], tmp_path, env={"OMP_NUM_THREADS": "1"}, warm=True)
     code = job.wait(timeout=180)
     assert code != 0, job.output()
     assert job.leftovers() == [], job.output()

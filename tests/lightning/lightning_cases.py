@@ -75,7 +75,7 @@ def run_case(script: Path, case: Case, workdir: Path, *, gloo_exit_abort: bool =
         args += ["--init-out", str(workdir / "init.pt")]
     saved = {key: os.environ.pop(key) for key in _RANK_VARS if key in os.environ}
     try:
-        job = Job([sys.executable, str(script), *args], workdir, env={"OMP_NUM_THREADS": "1"}, name="script")
+        job = Job([sys.executable, str(script), *args], workdir, env={"OMP_NUM_THREADS": "1"}, name="script", warm=True)
     finally:
         os.environ.update(saved)
     try:

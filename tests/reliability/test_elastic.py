@@ -71,7 +71,7 @@ def _node(out: Path, port: int, *, host: bool, name: str, doomed: bool = False) 
     )
     for key in ("MASTER_ADDR", "MASTER_PORT"):  # the rendezvous decides them
         env.pop(key)
-    return Job(command, out, env=env, name=name)
+    return Job(command, out, env=env, name=name, warm=True)
 
 
 def _wait_for(path: Path, jobs: list[Job], timeout: float) -> None:

@@ -134,7 +134,7 @@ def test_slurm_auto_requeue_runs_scontrol_requeue(tmp_path: Path) -> None:
                 str(tmp_path),
                 "slurm",
             ]
-            jobs.append(Job(command, tmp_path, env=env, name=f"task{rank}"))
+            jobs.append(Job(command, tmp_path, env=env, name=f"task{rank}", warm=True))
         _wait_for(tmp_path / "step3", jobs[0], 150)
         _wait_for(tmp_path / "pid1", jobs[1], 10)
         os.kill(jobs[1].pid, signal.SIGUSR1)  # sbatch --signal=USR1@90

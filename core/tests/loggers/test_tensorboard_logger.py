@@ -129,7 +129,7 @@ def test_importing_the_loggers_imports_no_backend() -> None:
 # ------------------------------------------------------------------ two processes
 @pytest.mark.timeout(150)
 def test_two_ranks_only_rank_zero_writes_the_synced_values(tmp_path: Path) -> None:
-    job = Job([sys.executable, __file__, str(tmp_path)], tmp_path, env={"OMP_NUM_THREADS": "1"})
+    job = Job([sys.executable, __file__, str(tmp_path)], tmp_path, env={"OMP_NUM_THREADS": "1"}, warm=True)
     code = job.wait(timeout=120)
     assert code == 0, job.output()
     assert job.leftovers() == [], job.output()

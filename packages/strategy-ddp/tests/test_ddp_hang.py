@@ -15,7 +15,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def test_a_stuck_rank_fails_the_job_within_the_timeout_and_is_named(tmp_path: Path) -> None:
-    job = Job([sys.executable, str(SCRIPT), "3"], tmp_path, env={"OMP_NUM_THREADS": "1"})
+    job = Job([sys.executable, str(SCRIPT), "3"], tmp_path, env={"OMP_NUM_THREADS": "1"}, warm=True)
     started = time.monotonic()
     code = job.wait(timeout=90)
     elapsed = time.monotonic() - started

@@ -22,7 +22,7 @@ def _torchrun(out: Path, crash: bool) -> Job:
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
         "--max-restarts", "1", "--monitor-interval", "0.5", str(SCRIPT), str(out), "1" if crash else "0",
     ]
-    return Job(command, out, env={"OMP_NUM_THREADS": "1"})
+    return Job(command, out, env={"OMP_NUM_THREADS": "1"}, warm=True)
 
 
 def test_a_rank_crashing_once_is_restarted_and_resumes_to_the_uninterrupted_weights(tmp_path: Path) -> None:

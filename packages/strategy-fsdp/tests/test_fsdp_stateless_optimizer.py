@@ -20,7 +20,7 @@ pytestmark = pytest.mark.timeout(200)
 
 @pytest.mark.parametrize("state_dict_type", ["sharded", "full"])
 def test_resume_with_plain_sgd_matches_the_uninterrupted_run(tmp_path: Path, state_dict_type: str) -> None:
-    job = Job([sys.executable, str(SCRIPT), str(tmp_path), state_dict_type], tmp_path, env={"OMP_NUM_THREADS": "1"})
+    job = Job([sys.executable, str(SCRIPT), str(tmp_path), state_dict_type], tmp_path, env={"OMP_NUM_THREADS": "1"}, warm=True)
     assert job.wait(timeout=150) == 0, job.output()
     assert job.leftovers() == [], job.output()
     weights = torch.load(tmp_path / "weights.pt")

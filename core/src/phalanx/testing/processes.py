@@ -243,16 +243,17 @@ class Job:
         try:
             while self.poll() is None:
                 if time.monotonic() > deadline:
-                    self._kill_all()
+                    self.kill()
                     msg = f"job did not finish within {timeout:g}s; killed it\n{self.output()}"
                     raise TimeoutError(msg)
                 time.sleep(0.02)
         except BaseException:
-            self._kill_all()
+            self.kill()
             raise
         return int(self.process.returncode)
 
-    def _kill_all(self) -> None:
+    def kill(self) -> None:
+        """SIGKILL everything the job started (its own process too) and wait for its exit status."""
         self.kill_leftovers()
         if self.process.poll() is None:
             self.process.kill()
@@ -433,7 +434,7 @@ def run_commands(
     finally:
         for job in jobs:
             if job.poll() is None:
-                job._kill_all()
+                job.kill()
         shutil.rmtree(folder, ignore_errors=True)
 
 

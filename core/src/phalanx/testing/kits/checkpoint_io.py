@@ -186,7 +186,7 @@ class CheckpointIOConformance(ConformanceKit):
             script = render_kill_script(
                 out / "kill_mid_save.py", spec=spec, params=self.checkpoint_io_params, out=out, mode=mode, paths=paths
             )
-            jobs[mode] = Job([str(script)], out, cwd=out, name="run")
+            jobs[mode] = Job([str(script)], out, cwd=out, name="run", warm=True)
         try:
             codes = {
                 mode: _kill_when_serialising(job, tmp_path / mode, self.timeout)
