@@ -77,8 +77,12 @@ def _doctor(*args: str, timeout: float = 240) -> tuple[subprocess.CompletedProce
         env=env,
         start_new_session=True,
     )
-    time.sleep(0.5)
-    return result, _tagged_processes(tag)
+    left = _tagged_processes(tag)
+    deadline = time.monotonic() + 2.0  # what exits right after doctor (a resource tracker) is not left behind
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = _tagged_processes(tag)
+    return result, left
 
 
 def _line(out: str, name: str) -> str:

@@ -90,11 +90,11 @@ def test_a_lost_node_restarts_the_survivor_on_one_node_and_matches_plain_torch(t
     port = free_port()
     # Both nodes must join the first rendezvous round (a late node would force a membership change
     # before training). The node that is not the store's host starts first and waits, connecting,
-    # for the host's store; the host joins as soon as it is up, and the other follows at once.
+    # for the host's store (join_timeout=60); the host joins as soon as it is up, and the other
+    # follows at once. No pause between the two starts: the order is all that matters.
     lost = _node(tmp_path, port, host=False, name="node1", doomed=True)
     survivor: Job | None = None
     try:
-        time.sleep(1.0)
         survivor = _node(tmp_path, port, host=True, name="node0")
         _wait_for(tmp_path / "ready", [survivor, lost], 90)
         assert (tmp_path / "ckpt" / f"epoch=0-step={CHECKPOINT_STEP}.ckpt").is_dir(), "no sharded checkpoint"

@@ -35,6 +35,13 @@ def _line_of(fragment: str) -> int:
     raise AssertionError(f"{fragment!r} not in {SCRIPT}")
 
 
+def _report(job: Job) -> str:
+    """The job's stderr from the hang report on ("" before it)."""
+    stderr = job.stderr
+    start = stderr.find("[phalanx] hang report")
+    return stderr[start:] if start >= 0 else ""
+
+
 def _wait_until(condition: object, job: Job, timeout: float, what: str) -> float:
     deadline = time.monotonic() + timeout
     while not condition():  # type: ignore[operator]
@@ -58,8 +65,10 @@ def test_rank0_only_collective_is_reported_within_a_minute_and_sigterm_ends_the_
     with running(tmp_path, "hang.py", "rank0_forward", strategy, str(out), *extra, name="job", env=job_env()) as job:
         hung = _wait_until(lambda: (out / "validated0").exists(), job, 120, "validation")
         reported = _wait_until(lambda: "hang report" in job.stderr, job, limit + 15, "the hang report")
-        time.sleep(1.0)  # the rest of the report
-        report = job.stderr[job.stderr.index("[phalanx] hang report") :]
+        # The report is written at once and its fix line (pointing at the docs) closes it, but for an
+        # optional footer: once that line is there, the report is whole.
+        _wait_until(lambda: "docs/reliability.md.\n" in _report(job), job, 30, "the report's end")
+        report = _report(job)
         bound = 60.0 if report_after is None else report_after + 8  # the defaults: within a minute
         assert reported - hung <= bound, f"report after {reported - hung:.1f} s"
         assert f"hang.py:{_line_of(rank0_line)} in on_validation_epoch_end" in report, report

@@ -130,13 +130,12 @@ def test_killed_group_is_dropped_restarted_and_healed(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(150)
 def test_lighthouse_killed_ends_the_job_with_a_clear_error(tmp_path: Path) -> None:
-    job = start_fit(tmp_path, 200, timeout=TIMEOUT, quorum_timeout=5, step_sleep=0.05)
+    job = start_fit(tmp_path, 200, timeout=TIMEOUT, quorum_timeout=5, step_sleep=0.05, mark_step=2)
     deadline = time.monotonic() + 90
-    pid_file = tmp_path / "lighthouse.json"
-    while not pid_file.exists() and job.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert pid_file.exists(), job.output()
-    time.sleep(1.0)
+    pid_file, stepped = tmp_path / "lighthouse.json", tmp_path / "stepped"
+    while not (pid_file.exists() and stepped.exists()) and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pid_file.exists() and stepped.exists(), job.output()  # the groups are training when it dies
     os.kill(load_json(pid_file)["pid"], signal.SIGKILL)
     killed = time.monotonic()
     code = job.wait(60)

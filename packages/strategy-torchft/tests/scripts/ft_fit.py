@@ -54,6 +54,8 @@ class Net(phalanx.Module):
             with open(marker, "w") as fh:
                 fh.write(str(time.time()))
             os.kill(os.getpid(), signal.SIGKILL)  # after the quorum, before the all-reduce: mid-step
+        if self.trainer.global_rank == 0 and self.trainer.global_step == OPTIONS.get("mark_step"):
+            write_json(os.path.join(OUT, "stepped"), {"global_step": self.trainer.global_step})  # training is under way
         if OPTIONS.get("step_sleep"):
             time.sleep(OPTIONS["step_sleep"])
         log = strategy.commit_log
