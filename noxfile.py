@@ -35,6 +35,11 @@ TEST_DEPS = ["pytest>=7", "pytest-timeout>=2"]
 #: The variable that blocks plugins by entry-point name (phalanx reads it at discovery).
 DISABLE = "PHALANX_DISABLE_PLUGINS"
 
+#: pip compiles every installed module to bytecode (torch alone has about 5000; the shared
+#: environment 16000): a minute of one core per run, mostly for modules no test imports. Without
+#: it, Python compiles what is imported on first import and caches it as usual.
+os.environ.setdefault("PIP_NO_COMPILE", "1")
+
 nox.options.default_venv_backend = "virtualenv"
 nox.options.error_on_missing_interpreters = True
 nox.options.sessions = [

@@ -85,7 +85,7 @@ def test_auto_sizes_follow_lightning_and_fill_what_is_left() -> None:
         ({"pipeline_parallel_size": "auto"}, "pipeline_parallel_size='auto'"),
         ({"pipeline_schedule": "zigzag"}, "choose one of"),
         ({"num_microbatches": 0}, "num_microbatches=0"),
-        ({"tensor_parallel_degree": 2}, "unknown argument(s) ['tensor_parallel_degree']"),
+        ({"tensor_parallel_degree": 2}, "unknown option tensor_parallel_degree=2. Did you mean 'tensor_parallel_size'?"),
     ],
 )
 def test_bad_arguments(kwargs: dict, fragment: str) -> None:

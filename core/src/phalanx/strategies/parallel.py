@@ -11,8 +11,9 @@ start from the same weights and read disjoint data (no gradient synchronisation)
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Iterable
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -24,7 +25,7 @@ from torch import nn
 from phalanx.accelerators.accelerator import Accelerator
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO
 from phalanx.environments.cluster_environment import ClusterEnvironment
-from phalanx.errors import MisconfigurationError
+from phalanx.errors import MisconfigurationError, closest_match
 from phalanx.launchers.launcher import Launcher
 from phalanx.plugins.layer_sync import LayerSync, TorchSyncBatchNorm
 from phalanx.precision.precision import Precision
@@ -52,28 +53,66 @@ __all__ = ["PARALLEL_ARGUMENTS", "START_METHODS", "ParallelStrategy", "split_par
 #: are torch.multiprocessing start methods (``ddp_spawn``, ``ddp_fork`` / ``ddp_notebook``).
 START_METHODS = ("popen", "spawn", "fork", "forkserver")
 
-#: The keyword arguments of :class:`ParallelStrategy`, for subclasses that forward ``**kwargs``.
-PARALLEL_ARGUMENTS = (
-    "accelerator",
-    "parallel_devices",
-    "cluster_environment",
-    "checkpoint_io",
-    "precision_plugin",
-    "process_group_backend",
-    "timeout",
-    "start_method",
-    "sync_batchnorm",
-)
+def split_parallel_arguments(
+    kwargs: dict[str, Any],
+    *,
+    owner: type | None = None,
+    forward_to: Callable[..., Any] | None = None,
+    supplied: Iterable[str] = (),
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split a subclass's ``**kwargs`` into (ParallelStrategy's arguments, the rest), checking the rest.
 
+    For subclasses whose own ``**kwargs`` go to a library object (DDP's to
+    ``DistributedDataParallel``, FSDP's to ``fully_shard``): they take one ``**kwargs``, forward the
+    first part to ``super().__init__`` and keep the second for the library. ParallelStrategy's
+    arguments are read from its signature (:data:`PARALLEL_ARGUMENTS`); the rest are checked
+    against ``forward_to``'s signature, less the ``supplied`` ones the strategy passes itself, so a
+    misspelt option fails at construction, naming the closest of all the valid ones: ``owner``'s
+    own (its ``__init__``'s named parameters), ParallelStrategy's and the forwarded ones. Call it
+    as ``split_parallel_arguments(kwargs, owner=type(self), forward_to=..., supplied=(...))``.
+    With ``owner`` and no ``forward_to`` the strategy forwards nothing: any other name is refused.
+    With neither (or a ``forward_to`` that takes ``**kwargs``) the rest is returned unchecked.
 
-def split_parallel_arguments(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Split ``kwargs`` into (ParallelStrategy's arguments, the rest).
-
-    For subclasses whose own ``**kwargs`` go to a library (DDP's to DistributedDataParallel): they
-    take one ``**kwargs`` and forward the first part to ``super().__init__``.
+    Raises:
+        MisconfigurationError: a name neither ParallelStrategy nor ``forward_to`` takes, or one the
+            strategy supplies itself.
     """
     base = {key: value for key, value in kwargs.items() if key in PARALLEL_ARGUMENTS}
     rest = {key: value for key, value in kwargs.items() if key not in PARALLEL_ARGUMENTS}
+    if not rest or (owner is None and forward_to is None):
+        return base, rest
+    parameters = inspect.signature(forward_to).parameters if forward_to is not None else {}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return base, rest
+    name = owner.__name__ if owner is not None else "the strategy"
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    own = [] if owner is None else [
+        key
+        for key, p in inspect.signature(owner.__init__).parameters.items()
+        if p.kind in named and key not in ("self", "accelerator")
+    ]
+    supplied = set(supplied)
+    taken = [name for name, p in parameters.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+    forwardable = [name for name in taken if name not in supplied and name != "self"]
+    target = getattr(forward_to, "__qualname__", repr(forward_to)).removesuffix(".__init__") if forward_to else ""
+    for key in rest:
+        if key in forwardable:
+            continue
+        if key in supplied:
+            msg = (
+                f"{name}({key}=...): the strategy passes {key} to {target} itself. "
+                f"Fix: drop {key}; the options {target} takes from you are: {', '.join(forwardable)}."
+            )
+            raise MisconfigurationError(msg)
+        valid = [*own, *PARALLEL_ARGUMENTS, *forwardable]
+        hint = closest_match(key, valid)
+        suggestion = f" Did you mean {hint!r}?" if hint else ""
+        forwarded = f" and {target}'s ({', '.join(forwardable)})" if target else ""
+        msg = (
+            f"{name} got an unknown option {key}={rest[key]!r}.{suggestion} It takes its own "
+            f"options ({', '.join(own) or 'none'}), ParallelStrategy's ({', '.join(PARALLEL_ARGUMENTS)}){forwarded}."
+        )
+        raise MisconfigurationError(msg)
     return base, rest
 
 
@@ -463,3 +502,10 @@ class ParallelStrategy(ParallelCollectives, Strategy):
             f"{type(self).__name__}(start_method={self._start_method!r}, "
             f"process_group_backend={self._process_group_backend!r}, precision_plugin={self.precision_plugin!r})"
         )
+
+
+#: The keyword arguments of :class:`ParallelStrategy` (read from its signature), for subclasses
+#: that forward ``**kwargs`` (see :func:`split_parallel_arguments`).
+PARALLEL_ARGUMENTS: tuple[str, ...] = tuple(
+    name for name in inspect.signature(ParallelStrategy.__init__).parameters if name != "self"
+)

@@ -54,7 +54,9 @@ class DDPStrategy(ParallelStrategy):
         ddp_comm_wrapper: Callable[..., Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        parallel, ddp_kwargs = split_parallel_arguments(kwargs)
+        parallel, ddp_kwargs = split_parallel_arguments(
+            kwargs, owner=type(self), forward_to=DistributedDataParallel.__init__, supplied=("module", "device_ids")
+        )
         super().__init__(accelerator, **parallel)
         self._ddp_comm_state = ddp_comm_state
         self._ddp_comm_hook = ddp_comm_hook

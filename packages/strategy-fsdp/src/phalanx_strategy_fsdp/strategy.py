@@ -27,7 +27,7 @@ from phalanx.utilities.activation_checkpointing import (
     apply_activation_checkpointing,
     resolve_activation_checkpointing,
 )
-from phalanx_strategy_fsdp._fsdp2 import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy
+from phalanx_strategy_fsdp._fsdp2 import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 from phalanx_strategy_fsdp._options import mesh_shape, validate_device_mesh, validate_options
 from phalanx_strategy_fsdp._policy import class_names, compile_blocks, resolve_policy
 from phalanx_strategy_fsdp._precision import check_offload_precision, mixed_precision_policy
@@ -35,6 +35,11 @@ from phalanx_strategy_fsdp._shard import shard_module
 from phalanx_strategy_fsdp._strategy_checkpointing import FSDPCheckpointing
 
 __all__ = ["FSDPStrategy"]
+
+
+#: What the strategy passes to ``fully_shard`` itself: a user's ``FSDPStrategy(mesh=...)`` is refused
+#: (device_mesh, mixed_precision and cpu_offload are the strategy's own options for those).
+FULLY_SHARD_SUPPLIED = ("module", "mesh", "reshard_after_forward", "mp_policy", "offload_policy")
 
 
 class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
@@ -94,7 +99,9 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
         state_dict_type: str = "sharded",
         **kwargs: Any,
     ) -> None:
-        parallel, fully_shard_kwargs = split_parallel_arguments(kwargs)
+        parallel, fully_shard_kwargs = split_parallel_arguments(
+            kwargs, owner=type(self), forward_to=fully_shard, supplied=FULLY_SHARD_SUPPLIED
+        )
         validate_options(
             state_dict_type=state_dict_type,
             reshard_after_forward=reshard_after_forward,
@@ -120,6 +127,11 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
         self.state_dict_type = state_dict_type
         self._fully_shard_kwargs = fully_shard_kwargs
         self._device_mesh: DeviceMesh | None = None
+
+    @property
+    def fully_shard_kwargs(self) -> dict[str, Any]:
+        """The options passed on to every ``fully_shard`` call (beside the strategy's own)."""
+        return dict(self._fully_shard_kwargs)
 
     # ------------------------------------------------------------------ configuration
     def adapt_precision_plugin(self, precision_plugin: Precision) -> Precision:

@@ -126,17 +126,7 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ContextParallelSteps, Pa
         compile_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        parallel, rest = split_parallel_arguments(kwargs)
-        if rest:
-            msg = (
-                f"ModelParallelStrategy got unknown argument(s) {sorted(rest)}. Valid: data_parallel_size, "
-                "data_parallel_replicate_size, data_parallel_shard_size, tensor_parallel_size, context_parallel_size, "
-                "context_parallel_seq_dims, pipeline_parallel_size, pipeline_schedule, num_microbatches, "
-                "save_distributed_checkpoint, activation_checkpointing_policy, compile_policy, compile_kwargs, and "
-                "ParallelStrategy's parallel_devices, cluster_environment, "
-                "checkpoint_io, precision_plugin, process_group_backend, timeout."
-            )
-            raise MisconfigurationError(msg)
+        parallel, _ = split_parallel_arguments(kwargs, owner=type(self))  # it forwards nothing: others are refused
         self.block_options = resolve_block_options(
             activation_checkpointing_policy=activation_checkpointing_policy,
             compile_policy=compile_policy,

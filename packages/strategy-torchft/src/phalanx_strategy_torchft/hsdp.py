@@ -55,6 +55,7 @@ class FTHSDPStrategy(FTDDPStrategy):
     """
 
     strategy_name: ClassVar[str] = "ft_hsdp"
+    forwards_options_to = (fully_shard, ("module", "mesh", "reshard_after_forward"))
 
     def __init__(
         self,

@@ -79,6 +79,12 @@ class FTDDPStrategy(ParallelStrategy):
     """
 
     strategy_name: ClassVar[str] = "ft_ddp"
+    #: Where the keywords that are neither this class's nor ParallelStrategy's go, and what the
+    #: strategy passes there itself (checked at construction: a misspelt one fails there).
+    forwards_options_to: ClassVar[tuple[Any, tuple[str, ...]]] = (
+        DistributedDataParallel.__init__,
+        ("module", "device_ids"),
+    )
     #: Groups are re-runs of the script: state cannot be pickled to spawned workers.
     supported_start_methods = ("popen",)
     launcher_preload = ("torch._dynamo",)
@@ -98,7 +104,8 @@ class FTDDPStrategy(ParallelStrategy):
         connect_timeout: timedelta | float = 10.0,
         **kwargs: Any,
     ) -> None:
-        parallel, ddp_kwargs = split_parallel_arguments(kwargs)
+        target, supplied = self.forwards_options_to
+        parallel, ddp_kwargs = split_parallel_arguments(kwargs, owner=type(self), forward_to=target, supplied=supplied)
         parallel["timeout"] = _seconds("timeout", parallel.get("timeout") or 30.0)
         super().__init__(accelerator, **parallel)
         for name, value, low in (
