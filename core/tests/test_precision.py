@@ -29,12 +29,11 @@ def _model() -> nn.Module:
 
 
 class RecordingTrainer:
-    """Stands in for the Trainer's pre-step slot (``trainer.run.before_optimizer_step``): records
-    the gradients it sees."""
+    """Stands in for the Trainer's pre-step slot (the stage's ``Run.before_optimizer_step``, handed
+    to the precision with ``connect_before_optimizer_step``): records the gradients it sees."""
 
     def __init__(self) -> None:
         self.seen: list[list[torch.Tensor]] = []
-        self.run = self  # the slot lives on the stage's Run; here the stand-in is its own Run
 
     def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         self.seen.append([p.grad.detach().clone() for g in optimizer.param_groups for p in g["params"]])
@@ -44,7 +43,7 @@ def _train_with(precision: Precision, *, device: str = "cpu") -> tuple[nn.Module
     precision.setup(torch.device(device))
     model = precision.convert_module(_model())
     trainer = RecordingTrainer()
-    model.trainer = trainer  # type: ignore[assignment]
+    precision.connect_before_optimizer_step(trainer.before_optimizer_step)
     optimizer: torch.optim.Optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     model, [optimizer] = precision.connect(model, [optimizer])
     losses: list[float] = []
@@ -205,12 +204,12 @@ def test_16_mixed_unscale_is_idempotent_within_a_step() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     seen: list[list[torch.Tensor]] = []
 
-    def before_step(_: object, opt: torch.optim.Optimizer) -> None:
+    def before_step(opt: torch.optim.Optimizer) -> None:
         precision.unscale_gradients(opt)
         precision.unscale_gradients(opt)  # a second caller in the same step must be a no-op
         seen.append([p.grad.clone() for p in model.parameters()])
 
-    model.trainer = type("T", (), {"before_optimizer_step": before_step, "run": property(lambda t: t)})()  # type: ignore[assignment]
+    precision.connect_before_optimizer_step(before_step)
 
     def closure() -> torch.Tensor:
         optimizer.zero_grad()
@@ -243,7 +242,8 @@ def test_16_mixed_rejects_lbfgs_and_bf16_rejects_a_scaler() -> None:
 def test_base_precision_drives_lbfgs_which_evaluates_the_closure_repeatedly() -> None:
     model = _model()
     trainer = RecordingTrainer()
-    model.trainer = trainer  # type: ignore[assignment]
+    precision = Precision()
+    precision.connect_before_optimizer_step(trainer.before_optimizer_step)
     optimizer = torch.optim.LBFGS(model.parameters(), max_iter=5)
     x, y = _data()[0]
 
@@ -253,7 +253,7 @@ def test_base_precision_drives_lbfgs_which_evaluates_the_closure_repeatedly() ->
         loss.backward()
         return loss
 
-    first = Precision().optimizer_step(optimizer, model, closure)
+    first = precision.optimizer_step(optimizer, model, closure)
     assert len(trainer.seen) > 1
     with torch.no_grad():
         assert nn.functional.mse_loss(model(x), y).item() < first.item()

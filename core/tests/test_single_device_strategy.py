@@ -32,7 +32,8 @@ class MinimalTrainer:
         self.strategy = strategy
         self.training = training
         self.pre_step_calls = 0
-        self.run = self  # the pre-step slot is the stage Run's ``before_optimizer_step``
+        # The pre-step slot is the stage Run's ``before_optimizer_step``, handed to the precision.
+        strategy.precision_plugin.connect_before_optimizer_step(self.before_optimizer_step)
 
     def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         self.pre_step_calls += 1

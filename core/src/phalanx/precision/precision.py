@@ -28,14 +28,6 @@ def _optimizer_params(optimizer: Optimizer) -> list[torch.Tensor]:
     return [param for group in optimizer.param_groups for param in group["params"]]
 
 
-def _trainer_of(model: Any) -> Any:
-    """The Trainer attached to ``model``, or None when there is none (or it is not attached yet)."""
-    try:
-        return getattr(model, "trainer", None)
-    except RuntimeError:  # a Module may refuse access to ``trainer`` before it is attached
-        return None
-
-
 class Precision:
     """Full 32-bit precision; the base every other precision overrides.
 
@@ -130,17 +122,25 @@ class Precision:
         """Runs after backward; returns the (unscaled) loss."""
         return tensor
 
-    def _after_closure(self, model: Any, optimizer: Optimizer) -> None:
-        """Give the Trainer its slot between gradients being ready and the optimizer stepping.
+    #: The Trainer's work between gradients being ready and the optimizer step, handed over by
+    #: :meth:`connect_before_optimizer_step` for a stage; None outside one (manual use).
+    _before_optimizer_step: Callable[[Optimizer], None] | None = None
 
-        The Trainer runs ``on_before_optimizer_step`` and gradient clipping there. It lives on the
-        stage's Run (reached through the public ``model.trainer.run``) because only the Trainer knows
-        the callbacks and the clipping settings; a model without a trainer (manual use) simply has
-        no such step.
+    def connect_before_optimizer_step(self, before_optimizer_step: Callable[[Optimizer], None] | None) -> None:
+        """The Trainer hands over its slot between backward and the optimizer step for a stage.
+
+        Called with the stage's ``Run.before_optimizer_step`` (``on_before_optimizer_step`` and
+        gradient clipping: only the Trainer knows the callbacks and the clipping settings) when the
+        stage starts, and with None when it ends. The precision calls it once gradients are at their
+        true scale (:meth:`_after_closure`), so both see unscaled gradients under AMP.
         """
-        run = getattr(_trainer_of(model), "run", None)
-        if run is not None:
-            run.before_optimizer_step(optimizer)
+        self._before_optimizer_step = before_optimizer_step
+
+    def _after_closure(self, model: Any, optimizer: Optimizer) -> None:
+        """Give the Trainer its slot between gradients being ready and the optimizer stepping (the
+        function :meth:`connect_before_optimizer_step` handed over; nothing outside a stage)."""
+        if self._before_optimizer_step is not None:
+            self._before_optimizer_step(optimizer)
 
     def _wrap_closure(self, model: Any, optimizer: Optimizer, closure: Callable[[], Any]) -> Any:
         closure_result = closure()

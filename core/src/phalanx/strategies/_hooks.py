@@ -46,4 +46,5 @@ class StrategyHooks:
         """Called when the run is interrupted by ``exception`` (parallel strategies stop peers)."""
 
     def post_training_step(self) -> None:
-        """Runs after each training step; kept for Lightning compatibility."""
+        """Runs right after each ``training_step`` of automatic optimization, before backward (as in
+        Lightning; nothing by default). A strategy that overrides it keeps the layered step."""

@@ -10,6 +10,7 @@ with each ``validate()`` / ``test()`` call; the sanity check neither logs nor co
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -49,9 +50,50 @@ def no_grad_context(run: Run) -> Any:
     return torch.no_grad()
 
 
+@dataclass(frozen=True)
+class EvaluationNames:
+    """Every name one evaluation stage calls, spelled out (so a search for a hook finds its caller)."""
+
+    running_stage: RunningStage
+    limit: str  #: the Trainer argument that caps its batches
+    step: str  #: the Module's and the strategy's step method
+    start: str
+    epoch_start: str
+    batch_start: str
+    batch_end: str
+    epoch_end: str
+    end: str
+    model_eval: str
+    model_train: str
+
+
 _NAMES = {
-    "validate": ("validation", RunningStage.VALIDATING, "limit_val_batches"),
-    "test": ("test", RunningStage.TESTING, "limit_test_batches"),
+    "validate": EvaluationNames(
+        RunningStage.VALIDATING,
+        "limit_val_batches",
+        step="validation_step",
+        start="on_validation_start",
+        epoch_start="on_validation_epoch_start",
+        batch_start="on_validation_batch_start",
+        batch_end="on_validation_batch_end",
+        epoch_end="on_validation_epoch_end",
+        end="on_validation_end",
+        model_eval="on_validation_model_eval",
+        model_train="on_validation_model_train",
+    ),
+    "test": EvaluationNames(
+        RunningStage.TESTING,
+        "limit_test_batches",
+        step="test_step",
+        start="on_test_start",
+        epoch_start="on_test_epoch_start",
+        batch_start="on_test_batch_start",
+        batch_end="on_test_batch_end",
+        epoch_end="on_test_epoch_end",
+        end="on_test_end",
+        model_eval="on_test_model_eval",
+        model_train="on_test_model_train",
+    ),
 }
 
 
@@ -83,7 +125,8 @@ class EvaluationLoop:
 
     def __init__(self, stage: str) -> None:
         self.stage = stage
-        self._prefix, self._running_stage, self._limit_name = _NAMES[stage]
+        self.names = _NAMES[stage]
+        self._running_stage, self._limit_name = self.names.running_stage, self.names.limit
         self.dataloaders: list[Any] = []
         self.num_batches: list[float] = []
         self.has_run = False
@@ -135,19 +178,22 @@ class EvaluationLoop:
             max_batches: At most this many batches per dataloader (the sanity check's cap).
             stage: The stage to report (``SANITY_CHECKING`` for the sanity check).
         """
-        strategy, hooks, connector = run.strategy, run.hooks, run.metrics
-        prefix = f"on_{self._prefix}"
-        step = profiled(
-            run, getattr(strategy, f"{self._prefix}_step"), f"[Strategy]{type(strategy).__name__}.{self._prefix}_step"
-        )
-        step_name = f"{self._prefix}_step"
+        strategy, hooks, connector, names = run.strategy, run.hooks, run.metrics, self.names
+        if self.stage == "validate":
+            strategy_step, strategy_start, strategy_end = (
+                strategy.validation_step, strategy.on_validation_start, strategy.on_validation_end
+            )
+        else:
+            strategy_step, strategy_start, strategy_end = strategy.test_step, strategy.on_test_start, strategy.on_test_end
+        step = profiled(run, strategy_step, f"[Strategy]{type(strategy).__name__}.{names.step}")
+        step_name = names.step
         with_batch_idx = takes_batch_idx(getattr(run.module, step_name))
         previous_stage = run.stage
         run.stage = stage or self._running_stage
         connector.stage = self.stage
         connector.reset(self.stage)
         modes = ModuleModes(run.trainer.model)  # the strategy's wrapper too: the default eval hook switches it
-        hooks.call_module(f"{prefix}_model_eval")
+        hooks.call_module(names.model_eval)
         multiple = len(self.dataloaders) > 1
         sanity = run.stage is RunningStage.SANITY_CHECKING
         counted = run.fn is TrainerFn.FITTING and not sanity  # what fit_loop...val_loop.batch_progress counts
@@ -155,9 +201,9 @@ class EvaluationLoop:
             self._fit_batches = (self._fit_batches[0], 0)
         try:
             with no_grad_context(run):
-                hooks.call(f"{prefix}_start")
-                getattr(strategy, f"{prefix}_start")()
-                hooks.call(f"{prefix}_epoch_start")
+                hooks.call(names.start)
+                strategy_start()
+                hooks.call(names.epoch_start)
                 for dataloader_idx, (loader, limit) in enumerate(zip(self.dataloaders, self.num_batches)):
                     if max_batches is not None:
                         limit = min(limit, max_batches)
@@ -169,11 +215,11 @@ class EvaluationLoop:
                             break
                         batch = strategy.batch_to_device(batch, dataloader_idx=dataloader_idx)
                         connector.begin_batch(batch, dataloader_idx if multiple else None)
-                        hooks.call(f"{prefix}_batch_start", batch, batch_idx, *extra)
+                        hooks.call(names.batch_start, batch, batch_idx, *extra)
                         hooks.current = step_name
                         output = step(batch, batch_idx, *extra) if with_batch_idx else step(batch, *extra)
                         connector.flush_step()
-                        hooks.call(f"{prefix}_batch_end", output, batch, batch_idx, *extra)
+                        hooks.call(names.batch_end, output, batch, batch_idx, *extra)
                         if connector.step_updates:
                             connector.flush_step()
                         if counted:
@@ -184,16 +230,16 @@ class EvaluationLoop:
                             self.seen_batches[dataloader_idx] = seen + 1
                 connector.begin_batch(None)
                 connector.epoch_end_reached(self.stage)
-                hooks.call(f"{prefix}_epoch_end")
+                hooks.call(names.epoch_end)
                 published = connector.epoch_end(self.stage)
                 self.has_run = True
-                hooks.call(f"{prefix}_end")
-                getattr(strategy, f"{prefix}_end")()
+                hooks.call(names.end)
+                strategy_end()
         finally:
             # As Lightning: an overridden on_*_model_train decides; else every submodule gets back the
             # mode it had (a frozen submodule in eval mode stays so during training)
-            if is_overridden(f"{prefix}_model_train", run.module, ModuleHooks):
-                hooks.call_module(f"{prefix}_model_train")
+            if is_overridden(names.model_train, run.module, ModuleHooks):
+                hooks.call_module(names.model_train)
             else:
                 modes.restore()
             connector.stage = "train"

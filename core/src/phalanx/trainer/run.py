@@ -111,8 +111,9 @@ class Run:
     def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """The Trainer's slot between gradients being ready and the update: hooks, then clipping.
 
-        The precision calls it (through ``module.trainer.run``) once gradients are at their true
-        scale, so ``on_before_optimizer_step`` and clipping see unscaled gradients under AMP.
+        The stage hands it to the precision (``Precision.connect_before_optimizer_step``), which
+        calls it once gradients are at their true scale, so ``on_before_optimizer_step`` and
+        clipping see unscaled gradients under AMP.
         """
         hooks = self.hooks
         if "on_before_optimizer_step" in hooks.live:

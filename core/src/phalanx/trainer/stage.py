@@ -148,6 +148,7 @@ def _teardown(run: Run, stage: str, status: str) -> None:
     finally:
         if profiler is not None:
             profiler.teardown(stage)
+        run.strategy.precision_plugin.connect_before_optimizer_step(None)  # the stage's slot ends with it
         run.strategy.teardown()
 
 
@@ -216,6 +217,9 @@ def run_stage(run: Run, loaders: dict[str, Any], ckpt_path: str | None, options:
                         hooks.call_module(name)
             _setup_data(run, loaders)
             strategy.setup(trainer)
+            # The slot between backward and the optimizer step is the Trainer's: handed to the
+            # precision explicitly for this stage (taken back in _teardown).
+            strategy.precision_plugin.connect_before_optimizer_step(run.before_optimizer_step)
             run.optimizers = list(strategy.optimizers)
             run.step_optimizers = [StepOptimizer(optimizer, run) for optimizer in run.optimizers]
             # The loggers' first call comes after the setup hooks, as in Lightning (a setup hook may

@@ -225,6 +225,7 @@ class TrainingStep:
         else:
             with run.profiler.profile(f"[Strategy]{type(strategy).__name__}.training_step"):
                 output = strategy.training_step(*args)
+        strategy.post_training_step()  # Lightning's hook for strategies (nothing by default)
         detached = None
         if type(output) is torch.Tensor:  # the common case, without the general checks' calls
             loss: torch.Tensor | None = output
@@ -289,7 +290,14 @@ def run_automatic(run: Run, batch: Any, batch_idx: int, *, step_now: bool) -> An
 #: The Module's methods that, overridden, customise the step.
 _MODULE_STEP_METHODS = ("optimizer_step", "optimizer_zero_grad", "backward")
 #: Step methods that, assigned on a strategy or precision *instance*, customise it as a subclass would.
-_STRATEGY_STEP_METHODS = ("optimizer_step", "backward", "pre_backward", "post_backward", "training_step")
+_STRATEGY_STEP_METHODS = (
+    "optimizer_step",
+    "backward",
+    "pre_backward",
+    "post_backward",
+    "training_step",
+    "post_training_step",
+)
 _PRECISION_STEP_METHODS = ("optimizer_step", "backward", "pre_backward", "post_backward", "train_step_context")
 _NOT_RUN: Any = object()  # run_direct's outputs until the closure has run
 
