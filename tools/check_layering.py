@@ -14,6 +14,11 @@
 6. No core module except ``phalanx/trainer/trainer.py`` reaches into a private attribute of
    another object (``trainer._call_hooks``, ``getattr(module, "_trainer")``): what crosses an
    object boundary is a public name, so refactoring one class cannot silently break another.
+7. No plugin package class uses a private member it inherits from a core class (``self._module``
+   of ``Strategy``, ``self._process_group_backend`` of ``ParallelStrategy``): a vendor's subclass
+   cannot rely on the core's private fields either, so the core offers a public or documented
+   protected accessor. A package's own private names are its own business, but not one that
+   shadows a core base class's (the two would share one attribute by accident).
 
 Exit status 1 with one line per violation; used by the lint session and by core's tests.
 ``--graph`` prints each core module's layer and imports instead (for docs and for planning moves).
@@ -343,6 +348,82 @@ def _reach_problems(root: Path) -> list[str]:
     return problems
 
 
+def _class_privates(tree: ast.AST) -> dict[str, tuple[list[str], set[str]]]:
+    """Each class of a module: (its bases' simple names, the private names it defines itself:
+    ``self._x = ...`` assignments, private class attributes and methods)."""
+    found: dict[str, tuple[list[str], set[str]]] = {}
+    for cls in (node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)):
+        bases = [base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "") for base in cls.bases]
+        own: set[str] = set()
+        for statement in cls.body:
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and _is_private(statement.name):
+                own.add(statement.name)
+            targets = statement.targets if isinstance(statement, ast.Assign) else [getattr(statement, "target", None)]
+            own.update(t.id for t in targets if isinstance(t, ast.Name) and _is_private(t.id))
+        for node in ast.walk(cls):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "self"
+                and _is_private(node.attr)
+            ):
+                own.add(node.attr)
+        found[cls.name] = (bases, own)
+    return found
+
+
+def _inherited_privates(classes: dict[str, tuple[list[str], set[str]]], name: str, seen: set[str]) -> set[str]:
+    """The private names class ``name`` gets from its bases (and theirs), as far as ``classes`` knows them."""
+    if name in seen or name not in classes:
+        return set()
+    seen.add(name)
+    names: set[str] = set()
+    for base in classes[name][0]:
+        if base in classes:
+            names |= classes[base][1] | _inherited_privates(classes, base, seen)
+    return names
+
+
+def _inherited_private_problems(root: Path) -> list[str]:
+    """Rule 7 over packages/*/src and examples/*/src."""
+    core: dict[str, tuple[list[str], set[str]]] = {}
+    for path in sorted((root / "core" / "src" / "phalanx").rglob("*.py")):
+        core.update(_class_privates(_parse(path)))
+    problems = []
+    for path in _plugin_sources(root):
+        tree = _parse(path)
+        local = _class_privates(tree)
+        for cls in (node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)):
+            # What the class inherits from core classes, through its package-local bases too.
+            inherited: set[str] = set()
+            pending, seen = [cls.name], set()
+            while pending:
+                current = pending.pop()
+                if current in seen:
+                    continue
+                seen.add(current)
+                for base in local.get(current, ([], set()))[0]:
+                    if base in local and base != current:
+                        pending.append(base)
+                    elif base in core:
+                        inherited |= core[base][1] | _inherited_privates(core, base, set())
+            uses = {
+                (node.lineno, node.attr)
+                for node in ast.walk(cls)
+                if isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "self"
+                and node.attr in inherited
+            }
+            for line, name in sorted(uses):
+                problems.append(
+                    f"{path.relative_to(root)}:{line}: {cls.name} uses {name!r}, a private member of its core base "
+                    "class; use (or add to the core) a public or documented protected accessor"
+                )
+    return problems
+
+
 def format_graph(root: Path = ROOT) -> str:
     """Each core module under its layer, with the modules it imports and their layers (for docs)."""
     graph = import_graph(root)
@@ -389,7 +470,7 @@ def check(root: Path = ROOT) -> list[str]:
                 f"{path.relative_to(root)}:{line}: imports the private core name {name!r}; plugins use public names "
                 "only (phalanx.utilities, phalanx.strategies, ...): make it public in the core instead"
             )
-    return [*problems, *_graph_problems(root), *_reach_problems(root)]
+    return [*problems, *_graph_problems(root), *_reach_problems(root), *_inherited_private_problems(root)]
 
 
 def main(argv: list[str] | None = None) -> int:

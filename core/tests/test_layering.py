@@ -221,3 +221,39 @@ def test_graph_option_prints_each_module_with_its_layer(tmp_path: Path, capsys: 
     ]
     assert _checker().main(["--graph"]) == 0
     assert "[7] trainer" in capsys.readouterr().out
+
+
+def test_a_plugin_class_using_a_private_member_of_its_core_base_is_found(tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "errors.py": "",
+            "strategies/strategy.py": (
+                "class Strategy:\n"
+                "    _flag = True\n"
+                "    def __init__(self):\n        self._module = None\n        self.public = 1\n"
+                "    def _helper(self):\n        pass\n"
+            ),
+            "strategies/parallel.py": (
+                "from phalanx.strategies.strategy import Strategy\n"
+                "class ParallelStrategy(Strategy):\n    def __init__(self):\n        self._backend = 'gloo'\n"
+            ),
+        },
+    )
+    pkg = root / "packages" / "strategy-x" / "src" / "phalanx_strategy_x"
+    pkg.mkdir(parents=True)
+    (root / "packages" / "strategy-x" / "pyproject.toml").write_text(
+        '[project]\nname = "phalanx-strategy-x"\ndependencies = ["phalanx-core"]\n'
+    )
+    (pkg / "strategy.py").write_text(
+        "from phalanx.strategies.parallel import ParallelStrategy\n"
+        "class Base(ParallelStrategy):\n"
+        "    def run(self):\n        return self._backend, self.public, self._own\n"  # line 4: _backend
+        "class X(Base):\n"
+        "    def __init__(self):\n        self._own = 1\n"
+        "    def go(self):\n        self._helper()\n        return self._module, self._flag\n"  # lines 9-10
+        "class Unrelated:\n    def __init__(self):\n        self._module = 'mine'\n"  # not a core subclass
+    )
+    problems = [p for p in _checker().check(root) if "private member of its core base" in p]
+    found = sorted(p.split(": ", 1)[0].rsplit(":", 1)[1] + " " + p.split("uses ")[1].split(",")[0] for p in problems)
+    assert found == ["10 '_flag'", "10 '_module'", "4 '_backend'", "9 '_helper'"], problems

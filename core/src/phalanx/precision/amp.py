@@ -163,7 +163,7 @@ class MixedPrecision(Precision):
         if skipped_backward:
             return None
         self.unscale_gradients(optimizer)
-        self._after_closure(model, optimizer)
+        self.before_optimizer_step(optimizer)
         scaler.step(optimizer, **kwargs)
         scaler.update()
         self._unscaled.clear()

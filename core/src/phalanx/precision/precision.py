@@ -132,19 +132,27 @@ class Precision:
         Called with the stage's ``Run.before_optimizer_step`` (``on_before_optimizer_step`` and
         gradient clipping: only the Trainer knows the callbacks and the clipping settings) when the
         stage starts, and with None when it ends. The precision calls it once gradients are at their
-        true scale (:meth:`_after_closure`), so both see unscaled gradients under AMP.
+        true scale (:meth:`before_optimizer_step`), so both see unscaled gradients under AMP.
         """
         self._before_optimizer_step = before_optimizer_step
 
-    def _after_closure(self, model: Any, optimizer: Optimizer) -> None:
+    def before_optimizer_step(self, optimizer: Optimizer) -> None:
         """Give the Trainer its slot between gradients being ready and the optimizer stepping (the
-        function :meth:`connect_before_optimizer_step` handed over; nothing outside a stage)."""
+        function :meth:`connect_before_optimizer_step` handed over; nothing outside a stage).
+
+        A precision that runs the closure itself (rather than through :meth:`optimizer_step`'s
+        wrapped closure) calls this once the gradients are at their true scale.
+        """
         if self._before_optimizer_step is not None:
             self._before_optimizer_step(optimizer)
 
+    def _after_closure(self, model: Any, optimizer: Optimizer) -> None:
+        """Lightning's name of the slot (its precisions call ``self._after_closure(model, optimizer)``)."""
+        self.before_optimizer_step(optimizer)
+
     def _wrap_closure(self, model: Any, optimizer: Optimizer, closure: Callable[[], Any]) -> Any:
         closure_result = closure()
-        self._after_closure(model, optimizer)
+        self.before_optimizer_step(optimizer)
         return closure_result
 
     def optimizer_step(

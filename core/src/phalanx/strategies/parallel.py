@@ -246,6 +246,11 @@ class ParallelStrategy(ParallelCollectives, Strategy):
         return len(self._parallel_devices) if self._parallel_devices is not None else 0
 
     @property
+    def requested_process_group_backend(self) -> str | None:
+        """The backend passed to the constructor; None asks for :meth:`default_process_group_backend`."""
+        return self._process_group_backend
+
+    @property
     def process_group_backend(self) -> str:
         """The backend in use or about to be: the one given, else :meth:`default_process_group_backend`."""
         return self._process_group_backend or self.default_process_group_backend()

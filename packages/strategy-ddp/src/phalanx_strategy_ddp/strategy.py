@@ -135,5 +135,5 @@ class DDPStrategy(ParallelStrategy):
     def __repr__(self) -> str:
         return (
             f"DDPStrategy(start_method={self.start_method!r}, process_group_backend="
-            f"{self._process_group_backend!r}, ddp_kwargs={self._ddp_kwargs!r})"
+            f"{self.requested_process_group_backend!r}, ddp_kwargs={self._ddp_kwargs!r})"
         )

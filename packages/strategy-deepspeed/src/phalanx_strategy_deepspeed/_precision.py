@@ -128,7 +128,7 @@ class DeepSpeedPrecision(Precision):
             msg = "DeepSpeed cannot step torch.optim.LBFGS (it re-evaluates the closure). Fix: use another optimizer or strategy='ddp'."
             raise MisconfigurationError(msg)
         result = closure()
-        self._after_closure(model, optimizer)
+        self.before_optimizer_step(optimizer)
         self._require_engine().step(**kwargs)
         return result
 

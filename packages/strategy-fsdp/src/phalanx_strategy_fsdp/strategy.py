@@ -161,7 +161,7 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
         ``trainer.save_checkpoint`` after ``fit``, a following ``trainer.test(model)`` or a forward
         pass all communicate. The next run in this process reuses the group.
         """
-        return isinstance(self._module, FSDPModule)
+        return isinstance(self.module, FSDPModule)
 
     # ------------------------------------------------------------------ setup
     def setup_environment(self) -> None:
@@ -238,13 +238,13 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
     @property
     def forward_wrapper(self) -> nn.Module | None:
         """The sharded Module itself: FSDP2's root hooks (unshard, input casts) live on it."""
-        module = self._module
+        module = self.module
         return module if isinstance(module, FSDPModule) else None
 
     @contextmanager
     def block_backward_sync(self) -> Generator[None, None, None]:
         """Accumulation steps keep unsharded gradients locally; the last micro-batch reduce-scatters all."""
-        module = self._module
+        module = self.module
         if not isinstance(module, FSDPModule):
             yield
             return

@@ -288,7 +288,7 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ContextParallelSteps, Pa
             for name, dims in layout.flattened:  # every rank, same order: each creates process groups
                 self._flat_meshes[name] = mesh[dims]._flatten(name)
             self._device_mesh = mesh
-        module = self._module
+        module = self.module
         if module is not None and not isinstance(getattr(type(module), "device_mesh", None), property):
             module.device_mesh = self._device_mesh  # plain attribute: a DeviceMesh is no Module/Parameter
 
@@ -345,7 +345,7 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ContextParallelSteps, Pa
     @property
     def forward_wrapper(self) -> nn.Module | None:
         """The Module itself when ``fully_shard`` was applied to its root (FSDP2's root hooks live on it)."""
-        module = self._module
+        module = self.module
         return module if isinstance(module, FSDPModule) else None
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:

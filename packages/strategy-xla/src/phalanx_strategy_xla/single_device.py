@@ -58,7 +58,7 @@ class SingleDeviceXLAStrategy(XLAStrategyMixin, SingleDeviceStrategy):
     def root_device(self) -> torch.device:
         """The XLA device; torch-xla is imported first so torch knows the ``xla`` backend."""
         _runtime.import_torch_xla(f"strategy={self.strategy_name!r}")
-        return self._root_device
+        return super().root_device
 
     def setup_environment(self) -> None:
         """Check the device index exists, then let the accelerator check the device type.
@@ -67,10 +67,11 @@ class SingleDeviceXLAStrategy(XLAStrategyMixin, SingleDeviceStrategy):
             MisconfigurationError: The index is not among the devices the runtime exposes.
         """
         visible = _runtime.visible_device_count()
-        index = self._root_device.index or 0
+        device = super().root_device  # the index only: torch-xla is not needed for it
+        index = device.index or 0
         if index >= visible:
             msg = (
-                f"single_xla got device {str(self._root_device)!r} but the XLA runtime exposes {visible} device(s) "
+                f"single_xla got device {str(device)!r} but the XLA runtime exposes {visible} device(s) "
                 f"(indices {list(range(visible))}). Fix: pass devices=1 or an index below {visible}"
                 + ("; on XLA:CPU, CPU_NUM_DEVICES sets the count." if _runtime.device_type() == "CPU" else ".")
             )
@@ -78,7 +79,7 @@ class SingleDeviceXLAStrategy(XLAStrategyMixin, SingleDeviceStrategy):
         super().setup_environment()
 
     def __repr__(self) -> str:
-        return f"SingleDeviceXLAStrategy(device={str(self._root_device)!r}, precision_plugin={self.precision_plugin!r})"
+        return f"SingleDeviceXLAStrategy(device={str(super().root_device)!r}, precision_plugin={self.precision_plugin!r})"
 
 
 def _xla_device(device: str | int | torch.device) -> torch.device:
