@@ -45,6 +45,7 @@ from phalanx.checkpoint_io.storage import filesystem, is_remote, join, parent_an
 __all__ = [
     "COMMIT_MARKER",
     "committed_path",
+    "fsync_directory",
     "is_staging_name",
     "prepare_staging",
     "publish_directory",
@@ -140,7 +141,7 @@ def publish_directory(staging: PathLike, target: PathLike) -> None:
         os.rename(target, old)
         os.rename(staging, target)
         shutil.rmtree(old) if old.is_dir() else old.unlink()
-    _fsync_parent(target)
+    fsync_directory(target.parent)
 
 
 def _copy_committed(fs: Any, staged: str, final: str) -> None:
@@ -213,14 +214,15 @@ def remove_published(path: PathLike) -> None:
         target.unlink()
 
 
-def _fsync_parent(target: Path) -> None:
+def fsync_directory(directory: Path) -> None:
+    """Persist a rename inside ``directory``; without it a power loss can undo the replace."""
     try:
-        fd = os.open(target.parent, os.O_RDONLY)
-    except OSError:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # e.g. Windows cannot open directories
         return
     try:
         os.fsync(fd)
-    except OSError:
+    except OSError:  # some filesystems refuse fsync on directories
         pass
     finally:
         os.close(fd)

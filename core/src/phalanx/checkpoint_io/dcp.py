@@ -63,6 +63,7 @@ from phalanx.checkpoint_io._dcp_state import (
 from phalanx.checkpoint_io.async_io import AsyncCheckpointIO
 from phalanx.checkpoint_io.atomic import committed_path, prepare_staging, publish_directory, staging_directory
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO, PathLike
+from phalanx.checkpoint_io.checks import check_optimizer_count
 from phalanx.checkpoint_io.storage import is_remote, join
 from phalanx.checkpoint_io.torch_io import TorchCheckpointIO
 from phalanx.errors import CheckpointError
@@ -285,12 +286,8 @@ def read(
     meta = read_meta(source, checkpoint_io)
     check_model_matches(model, saved_shapes(source), source=source, strict=strict, partial=partial)
     saved = int(meta[MARKER_KEY].get("num_optimizers", len(optimizers)))
-    if optimizers and saved != len(optimizers):
-        msg = (
-            f"The checkpoint {source!r} holds {saved} optimizer state(s) but configure_optimizers created "
-            f"{len(optimizers)}. Fix: resume with the optimizers the checkpoint was trained with."
-        )
-        raise CheckpointError(msg)
+    if optimizers:
+        check_optimizer_count(saved, len(optimizers), source=source)
     state = sharded_state(model, optimizers)
     try:
         torch_dcp.load(state, storage_reader=_reader(source))

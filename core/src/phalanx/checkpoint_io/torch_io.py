@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from phalanx.checkpoint_io.atomic import remove_published
+from phalanx.checkpoint_io.atomic import fsync_directory, remove_published
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO, PathLike
 from phalanx.checkpoint_io.storage import filesystem, is_remote, remote_error
 from phalanx.errors import CheckpointError, MisconfigurationError
@@ -37,20 +37,6 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Persist the rename itself; without it a power loss can undo the replace."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # e.g. Windows cannot open directories
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # some filesystems refuse fsync on directories
-        pass
-    finally:
-        os.close(fd)
 
 
 def _is_weights_only_refusal(path: Path, error: BaseException) -> bool:
@@ -143,7 +129,7 @@ class TorchCheckpointIO(CheckpointIO):
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
             raise
-        _fsync_directory(target.parent)
+        fsync_directory(target.parent)
 
     def load_checkpoint(
         self,

@@ -16,6 +16,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO, PathLike
+from phalanx.checkpoint_io.checks import check_optimizer_count
 from phalanx.errors import CheckpointError
 from phalanx.utilities.optim import optimizers_to_device
 
@@ -83,13 +84,7 @@ class StrategyCheckpointing(ABC):
                 "weights only. Load it into the model only, or resume from a full training checkpoint."
             )
             raise CheckpointError(msg)
-        if len(states) != len(self.optimizers):
-            msg = (
-                f"The checkpoint holds {len(states)} optimizer state(s) but configure_optimizers created "
-                f"{len(self.optimizers)}; make configure_optimizers return the optimizers the checkpoint "
-                "was trained with."
-            )
-            raise CheckpointError(msg)
+        check_optimizer_count(len(states), len(self.optimizers))
         for optimizer, state in zip(self.optimizers, states):
             optimizer.load_state_dict(state)
         optimizers_to_device(self.optimizers, self.root_device)

@@ -19,6 +19,7 @@ import torch
 
 from phalanx.callbacks.model_checkpoint import ModelCheckpoint
 from phalanx.checkpoint_io.atomic import committed_path
+from phalanx.checkpoint_io.checks import check_scheduler_count
 from phalanx.checkpoint_io.storage import is_remote, remote_error
 from phalanx.errors import CheckpointError, MisconfigurationError
 from phalanx.hparams import checkpoint_hparams
@@ -308,12 +309,7 @@ def restore_training_state(run: Run, checkpoint: dict[str, Any], path: str) -> N
         strategy.load_optimizer_state_dict(checkpoint)
         schedulers = checkpoint.get("lr_schedulers", [])
         configs = strategy.lr_scheduler_configs
-        if len(schedulers) != len(configs):
-            msg = (
-                f"{path!r} holds {len(schedulers)} LR scheduler state(s) but configure_optimizers created "
-                f"{len(configs)}; return the schedulers the checkpoint was trained with."
-            )
-            raise CheckpointError(msg)
+        check_scheduler_count(len(schedulers), len(configs), source=path)
         for config, state in zip(configs, schedulers):
             config.scheduler.load_state_dict(state)
     grads = checkpoint.get("accumulated_grads")

@@ -28,7 +28,7 @@ from torch.optim import Optimizer
 
 from phalanx.checkpoint_io import dcp
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO, PathLike
-from phalanx.errors import CheckpointError
+from phalanx.checkpoint_io.checks import check_optimizer_count
 from phalanx_strategy_fsdp._state import full_to_plain, optimizer_fqns, to_fqn_keys, to_index_keys
 
 __all__ = ["MODEL_KEY", "OPTIMIZER_KEY", "holds_shards", "load_full_model", "load_full_optimizers", "save_full"]
@@ -38,7 +38,8 @@ OPTIMIZER_KEY = dcp.OPTIMIZER_KEY
 #: Trainer keys that cannot be stored as they are: mid-accumulation gradients live inside FSDP's
 #: unsharded buffers, not in ``param.grad``, so the Trainer's copy would be wrong (see docs/fsdp.md).
 _DROPPED = ("accumulated_grads",)
-_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+#: Full (unsharded) state dicts, gathered to CPU: what a full checkpoint file holds.
+FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
 def save_full(
@@ -52,9 +53,9 @@ def save_full(
     barrier: Callable[[], None],
 ) -> None:
     """Gather everything to rank 0 (on CPU, one tensor at a time) and write one ordinary file."""
-    state_dict = full_to_plain(get_model_state_dict(model, options=_FULL))
+    state_dict = full_to_plain(get_model_state_dict(model, options=FULL))
     optimizer_states = [
-        full_to_plain(get_optimizer_state_dict(model, optimizer, options=_FULL)) for optimizer in optimizers
+        full_to_plain(get_optimizer_state_dict(model, optimizer, options=FULL)) for optimizer in optimizers
     ]
     if is_global_zero:
         positional = [
@@ -89,12 +90,7 @@ def load_full_optimizers(
     Raises:
         CheckpointError: A different number of optimizers.
     """
-    if len(states) != len(optimizers):
-        msg = (
-            f"The checkpoint {source!r} holds {len(states)} optimizer state(s) but configure_optimizers created "
-            f"{len(optimizers)}. Fix: resume with the optimizers the checkpoint was trained with."
-        )
-        raise CheckpointError(msg)
+    check_optimizer_count(len(states), len(optimizers), source=source)
     for optimizer, state in zip(optimizers, states):
         if not state.get("state"):
             dcp.load_optimizer_hyperparameters(optimizer, state)

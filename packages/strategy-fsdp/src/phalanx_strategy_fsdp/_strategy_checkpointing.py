@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 from torch.optim import Optimizer
 
 from phalanx.checkpoint_io import dcp
@@ -24,7 +24,6 @@ from phalanx_strategy_fsdp._state import full_to_plain, optimizer_fqns, to_index
 
 __all__ = ["FSDPCheckpointing"]
 
-_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
 class FSDPCheckpointing:
@@ -54,7 +53,7 @@ class FSDPCheckpointing:
         module = self.require_module()
         if self.state_dict_type == "sharded" or not isinstance(module, FSDPModule):
             return module.state_dict()
-        return full_to_plain(get_model_state_dict(module, options=_FULL))  # type: ignore[no-any-return]
+        return full_to_plain(get_model_state_dict(module, options=ckpt.FULL))  # type: ignore[no-any-return]
 
     def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
         """Name-keyed sharded state, or (full) position-keyed state gathered to rank 0 (collective)."""
@@ -63,7 +62,7 @@ class FSDPCheckpointing:
             return optimizer.state_dict()
         if self.state_dict_type == "sharded":
             return get_optimizer_state_dict(module, optimizer)
-        state = full_to_plain(get_optimizer_state_dict(module, optimizer, options=_FULL))
+        state = full_to_plain(get_optimizer_state_dict(module, optimizer, options=ckpt.FULL))
         return to_index_keys(state, optimizer_fqns(module, optimizer)) if state else {}
 
     def save_checkpoint(

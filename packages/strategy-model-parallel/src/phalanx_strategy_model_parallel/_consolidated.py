@@ -27,6 +27,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.optim import Optimizer
 
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO, PathLike
+from phalanx.checkpoint_io.checks import check_optimizer_count
 from phalanx.errors import CheckpointError
 
 __all__ = ["load_full_model", "load_full_optimizers", "save_consolidated"]
@@ -105,12 +106,7 @@ def load_full_optimizers(model: nn.Module, optimizers: list[Optimizer], states: 
         CheckpointError: A different number of optimizers, or position-keyed states (from another
             strategy's file), which cannot be matched to this rank's parameters.
     """
-    if len(states) != len(optimizers):
-        msg = (
-            f"The checkpoint {source!r} holds {len(states)} optimizer state(s) but configure_optimizers created "
-            f"{len(optimizers)}. Fix: resume with the optimizers the checkpoint was trained with."
-        )
-        raise CheckpointError(msg)
+    check_optimizer_count(len(states), len(optimizers), source=source)
     local = set(get_model_state_dict(model))
     for optimizer, state in zip(optimizers, states):
         groups = state.get("param_groups", [])
