@@ -151,7 +151,7 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
 
     if args.verified:
         return print_verified(as_json=args.json)
-    return print_plugins(as_json=args.json)
+    return print_plugins(as_json=args.json, verbose=args.verbose)
 
 
 def _cmd_new(args: argparse.Namespace) -> int:
@@ -325,6 +325,12 @@ def _build_parser() -> tuple[_Parser, dict[str, _Parser]]:
         action="store_true",
         help="print JSON objects with keys entry_point, value, distribution, version, status, reason, hooks, provides "
         "(and verified, with --verified)",
+    )
+    plugins.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also build each registered strategy and print the capabilities it declares beyond its base class's "
+        "defaults (imports torch and the plugins)",
     )
     plugins.add_argument(
         "--verified",

@@ -215,8 +215,9 @@ def print_verified(*, as_json: bool) -> int:
     return 0
 
 
-def print_plugins(*, as_json: bool) -> int:
-    """Print every entry point of the ``phalanx`` group with its status and what it provides."""
+def print_plugins(*, as_json: bool, verbose: bool = False) -> int:
+    """Print every entry point of the ``phalanx`` group with its status and what it provides; with
+    ``verbose``, each registered strategy's declared capabilities too."""
     from phalanx.discovery import plugin_records
 
     records = plugin_records()
@@ -236,5 +237,25 @@ def print_plugins(*, as_json: bool) -> int:
             lines += _wrapped(f"{record.name}: {record.reason}", width)
     lines.append("")
     lines += _wrapped("Long lines are cut; `phalanx plugins --json` lists every provided name in full.", width)
+    if verbose:
+        lines += ["", "CAPABILITIES (what each strategy declares beyond its base class's defaults; docs/plugins.md)"]
+        lines += _capability_lines(width)
     print("\n".join(lines))
     return 0
+
+
+def _capability_lines(width: int) -> list[str]:
+    """One line per registered strategy: the capabilities it declares (phalanx.strategies.capabilities)."""
+    from phalanx.registry import StrategyRegistry
+    from phalanx.strategies.capabilities import declared_differences
+
+    lines = []
+    for name in StrategyRegistry.available_strategies():
+        try:
+            declared = declared_differences(StrategyRegistry.get(name))
+        except Exception as error:  # a strategy that cannot be built here (its library is missing)
+            lines += _wrapped(f"  {name}: not built here ({type(error).__name__}: {error})", width)
+            continue
+        text = ", ".join(f"{key}={value!r}" for key, value in declared.items()) or "the defaults"
+        lines += _wrapped(f"  {name}: {text}", width)
+    return lines
