@@ -45,8 +45,6 @@ False (single_device has no start methods); the pytest plugin then deselects tha
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -54,16 +52,13 @@ import pytest
 
 from phalanx.testing._reference import reference_evaluation, reference_run
 from phalanx.testing._script import EVAL_SAMPLES, render_script
+from phalanx.testing.kits._common import ConformanceKit
 from phalanx.testing.processes import ScriptResult, run_command, run_script
 
 __all__ = ["START_METHODS_CHECKED", "ScriptResult", "StrategyConformance", "reference_run", "run_command", "run_script"]
 
 #: The start methods the kit tries on every ParallelStrategy (forkserver behaves as spawn here).
 START_METHODS_CHECKED = ("popen", "spawn", "fork")
-#: Variables others set in the test process: pytest's bookkeeping, torch when it imports inductor.
-_NOT_OURS = frozenset({"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"})
-
-
 def _max_diff(a: Any, b: Any) -> float:
     return float((a.detach().cpu().double() - b.detach().cpu().double()).abs().max())
 
@@ -73,7 +68,7 @@ def _losses(path: Path) -> list[float]:
 
 
 @pytest.mark.phalanx_conformance
-class StrategyConformance:
+class StrategyConformance(ConformanceKit):
     """Subclass with ``strategy`` (registered name) and ``devices`` set; pytest collects the tests."""
 
     strategy: ClassVar[str] = ""
@@ -104,25 +99,6 @@ class StrategyConformance:
         "test_validate_test_predict_after_fit": "check_evaluation",
         "test_failing_rank_stops_the_job": "check_failure",
     }
-
-    @classmethod
-    def opted_out(cls, test_name: str) -> str | None:
-        """The flag that turns ``test_name`` off for this class (``"check_resume"``...), or None."""
-        flag = cls._OPT_OUTS.get(test_name)
-        return flag if flag is not None and not getattr(cls, flag) else None
-
-    @pytest.fixture(autouse=True)
-    def _conformance_guard(self, request: pytest.FixtureRequest) -> Iterator[None]:
-        """Skip an opted-out test (when the pytest plugin did not deselect it); check the environment."""
-        flag = self.opted_out(request.node.originalname)
-        if flag is not None:
-            pytest.skip(f"{type(self).__name__}.{flag} = False")
-        before = dict(os.environ)
-        yield
-        changed = {k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)} - _NOT_OURS
-        assert not changed, (
-            f"the test process's environment changed: {sorted(changed)}; a strategy must not leave variables set"
-        )
 
     # ------------------------------------------------------------------ runs
     @classmethod
