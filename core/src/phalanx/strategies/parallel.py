@@ -88,11 +88,11 @@ def split_parallel_arguments(
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     own = [] if owner is None else [
         key
-        for key, p in inspect.signature(owner.__init__).parameters.items()
+        for key, p in inspect.signature(owner).parameters.items()
         if p.kind in named and key not in ("self", "accelerator")
     ]
     supplied = set(supplied)
-    taken = [name for name, p in parameters.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+    taken = [key for key, p in parameters.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
     forwardable = [name for name in taken if name not in supplied and name != "self"]
     target = getattr(forward_to, "__qualname__", repr(forward_to)).removesuffix(".__init__") if forward_to else ""
     for key in rest:

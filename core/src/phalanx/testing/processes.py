@@ -250,7 +250,9 @@ class Job:
         except BaseException:
             self.kill()
             raise
-        return int(self.process.returncode)
+        code = self.process.returncode
+        assert code is not None  # poll() saw the exit
+        return int(code)
 
     def kill(self) -> None:
         """SIGKILL everything the job started (its own process too) and wait for its exit status."""

@@ -286,7 +286,8 @@ def _redirect(stdout: str, stderr: str) -> None:
     sys.stderr = io.TextIOWrapper(
         io.FileIO(2, "w", closefd=False), errors="backslashreplace", line_buffering=True, write_through=True
     )
-    sys.__stdout__, sys.__stderr__, sys.__stdin__ = sys.stdout, sys.stderr, sys.stdin
+    # What a fresh interpreter's sys.__stdout__ & co. are: the job's streams (faulthandler, atexit).
+    sys.__stdout__, sys.__stderr__, sys.__stdin__ = sys.stdout, sys.stderr, sys.stdin  # type: ignore[misc]
 
 
 def _run(argv: list[str], extra: list[str], base_path: list[str]) -> int:
