@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from phalanx.errors import MisconfigurationError
 from phalanx.strategies import Strategy
 from phalanx.trainer._resume import Regrouped, needs_regroup, record_position, regroup_resumed_epoch
 from phalanx.trainer.checkpointing import capture_rng, restore_rng
@@ -30,10 +31,7 @@ from phalanx.trainer.data import (
 )
 from phalanx.trainer.preemption import Preemption
 from phalanx.trainer.progress import BatchProgress
-from phalanx.trainer.sanity_check import run_sanity_check
-from phalanx.trainer.schedulers import step_schedulers
 from phalanx.trainer.step import direct_step, run_automatic, run_direct, takes_batch_idx
-from phalanx.trainer.val_schedule import should_validate, val_check_batch
 from phalanx.trainer_view import RunningStage
 from phalanx.utilities.model_helpers import is_overridden
 
@@ -467,3 +465,126 @@ class FitLoop:
         self.batches_done = 0
         self._regrouped = None
         self.phase = "train"
+
+# --- When fit validates -----------------------------------------------------------------------------
+# When fit validates: ``val_check_interval`` resolved against the epoch, and the check per batch.
+#
+# Lightning's rules: an int interval counts batches (within the epoch, or across epochs with
+# ``check_val_every_n_epoch=None``), a float is a fraction of the epoch (1.0: at its end), and
+# ``check_val_every_n_epoch`` skips whole epochs. A duration (``"DD:HH:MM:SS"``, a timedelta)
+# validates after the first batch that ends once that much wall-clock time has passed since fit
+# started or the last validation ended.
+
+
+def val_check_batch(config: TrainerConfig, num_batches: float) -> float:
+    """Batches between validation checks (``inf``: at the end of the epoch only).
+
+    Raises:
+        MisconfigurationError: An interval that does not fit the training dataloader.
+    """
+    interval = config.val_check_interval
+    if isinstance(interval, timedelta):
+        return math.inf  # decided by the clock (should_validate), not by a batch count
+    if isinstance(interval, int):
+        if config.check_val_every_n_epoch is not None and interval > num_batches:
+            msg = (
+                f"Trainer(val_check_interval={interval}) must be less than or equal to the number of the training "
+                f"batches of an epoch ({int(num_batches)}). Pass a smaller value, or check_val_every_n_epoch=None "
+                "to count batches across epochs; to disable validation use limit_val_batches=0."
+            )
+            raise MisconfigurationError(msg)
+        return float(interval)
+    if math.isinf(num_batches):
+        if interval != 1.0:
+            msg = (
+                f"Trainer(val_check_interval={interval}) is a fraction of an epoch, but the training dataloader "
+                "has no length. Pass an int number of batches instead."
+            )
+            raise MisconfigurationError(msg)
+        return math.inf
+    return float(max(1, int(num_batches * interval)))
+
+
+def should_validate(run: Run, every_batches: float, *, epoch: int, batch_idx: int, total: int, is_last: bool) -> bool:
+    """Whether validation is due after batch ``batch_idx`` of ``epoch`` (``total`` batches done in fit)."""
+    if not run.has_validation:
+        return False
+    every = run.config.check_val_every_n_epoch
+    if every is not None and (epoch + 1) % every != 0:
+        return False
+    interval = run.config.val_check_interval
+    if isinstance(interval, timedelta):
+        # One clock reading per batch, in validating epochs only, as in Lightning: due once the
+        # interval has passed since fit started or the last validation ended.
+        if is_last and math.isinf(run.fit_loop.num_batches):
+            return True
+        return time.monotonic() - run.fit_loop.last_val_time >= interval.total_seconds()
+    if math.isinf(every_batches):
+        return is_last
+    current = total if every is None else batch_idx + 1
+    return current % every_batches == 0
+
+# --- Learning-rate schedulers -----------------------------------------------------------------------
+# Stepping the learning-rate schedulers the module configured, at their interval and frequency.
+#
+# Lightning's rules: ``interval`` "step" counts optimizer steps, "epoch" completed epochs; a
+# ``ReduceLROnPlateau`` reads its ``monitor`` from the logged metrics, and a missing one is an error
+# (or, with ``strict: False``, a warning). Manual optimization steps its own schedulers.
+
+
+def step_schedulers(run: Run, interval: str, *, global_step: int, epoch: int) -> None:
+    """Step every scheduler of ``interval`` ("step" or "epoch") that is due at this position."""
+    configs = run.strategy.lr_scheduler_configs
+    if not configs or not run.module.automatic_optimization:
+        return
+    callback_metrics = run.metrics.callback_metrics
+    for config in configs:
+        if config.interval != interval:
+            continue
+        index = global_step if interval == "step" else epoch + 1
+        if index % config.frequency:
+            continue
+        if config.reduce_on_plateau:
+            value = callback_metrics.get(config.monitor or "")
+            if value is None:
+                msg = (
+                    f"ReduceLROnPlateau monitors {config.monitor!r}, which was not logged; logged metrics: "
+                    f"{sorted(callback_metrics)}. Log it with self.log({config.monitor!r}, ...) or "
+                    "set 'strict': False in the scheduler dict."
+                )
+                if config.strict:
+                    raise MisconfigurationError(msg)
+                warnings.warn(msg, stacklevel=2)
+                continue
+            run.module.lr_scheduler_step(config.scheduler, float(value))
+        else:
+            run.module.lr_scheduler_step(config.scheduler, None)
+
+# --- The sanity check -------------------------------------------------------------------------------
+# Lightning's sanity check: a few validation batches before training, to fail fast.
+
+
+def run_sanity_check(run: Run, generators: Any) -> None:
+    """Validate ``num_sanity_val_steps`` batches per dataloader before training, to fail fast.
+
+    Lightning's sanity check: callbacks see ``trainer.sanity_checking``; nothing is logged,
+    the metrics and the random streams are as before, so training computes what it would without it.
+    """
+    limit = run.config.num_sanity_val_steps
+    if not limit or not run.has_validation:
+        return
+    hooks, metrics = run.hooks, run.metrics
+    saved = (dict(metrics.callback_metrics), dict(metrics.progress_bar), capture_rng(generators))
+    run.stage = RunningStage.SANITY_CHECKING
+    try:
+        hooks.call_callbacks("on_sanity_check_start")
+        run.val_loop.run(run, max_batches=limit, stage=RunningStage.SANITY_CHECKING)
+        hooks.call_callbacks("on_sanity_check_end")
+    finally:
+        run.stage = RunningStage.TRAINING
+        metrics.callback_metrics.clear()
+        metrics.callback_metrics.update(saved[0])
+        metrics.progress_bar.clear()
+        metrics.progress_bar.update(saved[1])
+        restore_rng(saved[2], generators)
+        run.val_loop.has_run = False
