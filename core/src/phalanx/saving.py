@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import torch
 
 from phalanx._module_hooks import ModuleHooks
+from phalanx.checkpoint_io.checks import StateDictDifferences, compare_state_dicts, shapes
 from phalanx.checkpoint_io.torch_io import TorchCheckpointIO
 from phalanx.errors import CheckpointError, MisconfigurationError
 from phalanx.hparams import load_hparams_file
@@ -371,39 +372,21 @@ def _load_weights(model: Any, state_dict: Mapping[str, Any], *, strict: bool, so
     """
     if not state_dict:
         warnings.warn(f"The state dict in {source!r} contains no parameters (it is empty).", stacklevel=3)
-    expected = model.state_dict()
-    missing = [key for key in expected if key not in state_dict]
-    unexpected = [key for key in state_dict if key not in expected]
-    reshaped = [
-        f"{key}: checkpoint {tuple(state_dict[key].shape)} vs model {tuple(expected[key].shape)}"
-        for key in expected
-        if key in state_dict
-        and isinstance(state_dict[key], torch.Tensor)
-        and isinstance(expected[key], torch.Tensor)
-        and state_dict[key].shape != expected[key].shape
-    ]
-    if reshaped or (strict and (missing or unexpected)):
-        raise CheckpointError(_mismatch_message(type(model), source, saved_from, missing, unexpected, reshaped))
+    differences = compare_state_dicts(shapes(model.state_dict()), shapes(state_dict))
+    if differences.reshaped or (strict and differences):
+        raise CheckpointError(_mismatch_message(type(model), source, saved_from, differences))
     model.load_state_dict(state_dict, strict=strict)
-    if not strict and (missing or unexpected):
+    if differences:
         warnings.warn(
-            f"Loaded {source!r} with strict=False: model keys not in the checkpoint {missing[:10]}, checkpoint keys "
-            f"not in the model {unexpected[:10]}.",
+            f"Loaded {source!r} with strict=False: model keys not in the checkpoint {differences.missing[:10]}, "
+            f"checkpoint keys not in the model {differences.unexpected[:10]}.",
             stacklevel=3,
         )
 
 
-def _mismatch_message(
-    cls: type, source: str, saved_from: Any, missing: list[str], unexpected: list[str], reshaped: list[str]
-) -> str:
+def _mismatch_message(cls: type, source: str, saved_from: Any, differences: StateDictDifferences) -> str:
     origin = f" (saved from {saved_from})" if saved_from else ""
-    parts = [f"The checkpoint {source!r}{origin} does not match {cls.__qualname__}:"]
-    if missing:
-        parts.append(f"missing keys {missing[:5]}{' ...' if len(missing) > 5 else ''};")
-    if unexpected:
-        parts.append(f"unexpected keys {unexpected[:5]}{' ...' if len(unexpected) > 5 else ''};")
-    if reshaped:
-        parts.append(f"shape mismatch {reshaped[:3]}{' ...' if len(reshaped) > 3 else ''};")
+    parts = [f"The checkpoint {source!r}{origin} does not match {cls.__qualname__}: {differences.describe()}."]
     other = f"{str(saved_from).rsplit('.', 1)[-1]}.load_from_checkpoint" if saved_from else "the class that saved it"
     parts.append(
         f"Fix: load it with {other}, pass the __init__ arguments that build the same layers as keywords, or "

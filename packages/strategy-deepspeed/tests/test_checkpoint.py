@@ -110,7 +110,7 @@ def test_wrong_model_wrong_world_evaluation_and_bf16(resumed: tuple[Path, dict[i
 
     same = run_script(tmp_path / "reload", "reload", *common, "--other-hidden", "16", "--validate", "--bf16-steps", "4")[0]
     assert same["other"].startswith("CheckpointError: DeepSpeed checkpoint")
-    assert "belongs to another model" in same["other"] and "checkpoint [32, 8] vs model [16, 8]" in same["other"]
+    assert "belongs to another model" in same["other"] and "checkpoint (32, 8) vs model (16, 8)" in same["other"]
     assert same["fit"].startswith("CheckpointError:")
     assert "saved by 2 rank(s)" in same["fit"] and "phalanx checkpoint convert" in same["fit"]
 

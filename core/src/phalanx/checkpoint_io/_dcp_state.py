@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -19,6 +18,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.optim import Optimizer
 
+from phalanx.checkpoint_io.checks import compare_state_dicts, shapes
 from phalanx.errors import CheckpointError
 
 __all__ = [
@@ -61,25 +61,14 @@ def check_model_matches(
     Raises:
         CheckpointError: Listing the first differing names and shapes, and the fix.
     """
-    expected = {
-        name: tuple(v.shape) if isinstance(v, torch.Tensor) else None for name, v in get_model_state_dict(model).items()
-    }
-    missing = sorted(set(expected) - set(saved)) if strict else []
-    unexpected = sorted(set(saved) - set(expected)) if strict and not partial else []
-    wrong = sorted(
-        f"{name}: checkpoint {saved[name]} vs model {expected[name]}"
-        for name in set(expected) & set(saved)
-        if saved[name] is not None and expected[name] is not None and tuple(saved[name] or ()) != expected[name]
+    differences = compare_state_dicts(
+        shapes(get_model_state_dict(model)), saved, names=strict, unexpected=not partial
     )
-    if not (missing or unexpected or wrong):
+    if not differences:
         return
-    parts = []
-    for label, items in (("missing in checkpoint", missing), ("not in model", unexpected), ("shape differs", wrong)):
-        if items:
-            more = f" (+{len(items) - _SHOWN} more)" if len(items) > _SHOWN else ""
-            parts.append(f"{label}: {items[:_SHOWN]}{more}")
     msg = (
-        f"The checkpoint {source!r} does not fit the model {_model_name(model)}: {'; '.join(parts)}. It was written "
+        f"The checkpoint {source!r} does not fit the model {_model_name(model)}: {differences.describe(_SHOWN)}. "
+        "It was written "
         "for another model. Fix: pass the checkpoint of this model (any world size or mesh shape loads), build the "
         "model the checkpoint was trained with, or set strict_loading = False for name differences."
     )

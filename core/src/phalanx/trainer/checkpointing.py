@@ -19,7 +19,7 @@ import torch
 
 from phalanx.callbacks.model_checkpoint import ModelCheckpoint
 from phalanx.checkpoint_io.atomic import committed_path
-from phalanx.checkpoint_io.checks import check_scheduler_count
+from phalanx.checkpoint_io.checks import check_scheduler_count, compare_state_dicts, shapes
 from phalanx.checkpoint_io.storage import is_remote, remote_error
 from phalanx.errors import CheckpointError, MisconfigurationError
 from phalanx.hparams import checkpoint_hparams
@@ -242,30 +242,16 @@ def check_matches_module(checkpoint: dict[str, Any], module: torch.nn.Module, pa
     Raises:
         CheckpointError: Missing/unexpected keys (with strict loading) or differently shaped tensors.
     """
-    expected = module.state_dict()
-    found = checkpoint["state_dict"]
-    missing = [key for key in expected if key not in found]
-    unexpected = [key for key in found if key not in expected]
-    reshaped = [
-        f"{key}: checkpoint {tuple(found[key].shape)} vs model {tuple(expected[key].shape)}"
-        for key in expected
-        if key in found
-        and isinstance(found[key], torch.Tensor)
-        and isinstance(expected[key], torch.Tensor)
-        and found[key].shape != expected[key].shape
-    ]
     strict = getattr(module, "strict_loading", True)
-    if reshaped or (strict and (missing or unexpected)):
+    differences = compare_state_dicts(shapes(module.state_dict()), shapes(checkpoint["state_dict"]), names=strict)
+    if differences:
         saved_from = checkpoint.get("module_class", "an unknown class")
-        parts = [f"Checkpoint {path!r} (saved from {saved_from}) does not match {type(module).__qualname__}:"]
-        if missing:
-            parts.append(f"missing keys {missing[:5]}{' ...' if len(missing) > 5 else ''};")
-        if unexpected:
-            parts.append(f"unexpected keys {unexpected[:5]}{' ...' if len(unexpected) > 5 else ''};")
-        if reshaped:
-            parts.append(f"shape mismatch {reshaped[:3]};")
-        parts.append("Fix: pass a checkpoint of this model, or set module.strict_loading = False for key differences.")
-        raise CheckpointError(" ".join(parts))
+        msg = (
+            f"Checkpoint {path!r} (saved from {saved_from}) does not match {type(module).__qualname__}: "
+            f"{differences.describe()}. Fix: pass a checkpoint of this model, or set module.strict_loading = False "
+            "for key differences."
+        )
+        raise CheckpointError(msg)
 
 
 def restore(run: Run, path: str) -> None:

@@ -15,6 +15,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from phalanx.checkpoint_io.checks import compare_state_dicts
 from phalanx.errors import CheckpointError
 
 __all__ = [
@@ -116,19 +117,9 @@ def read_manifest(path: str | os.PathLike[str]) -> CheckpointManifest | None:
 
 
 def compare_parameters(saved: dict[str, list[int]], current: dict[str, list[int]]) -> str | None:
-    """Describe how two parameter tables differ (missing, unexpected, reshaped), or None if equal."""
-    missing = sorted(set(current) - set(saved))
-    unexpected = sorted(set(saved) - set(current))
-    reshaped = sorted(
-        f"{name}: checkpoint {saved[name]} vs model {current[name]}"
-        for name in set(saved) & set(current)
-        if list(saved[name]) != list(current[name])
+    """Describe how two parameter tables differ (missing, unexpected, reshaped), or None if equal
+    (the core's comparison and wording: ``phalanx.checkpoint_io.checks``)."""
+    differences = compare_state_dicts(
+        {name: tuple(shape) for name, shape in current.items()}, {name: tuple(shape) for name, shape in saved.items()}
     )
-    if not (missing or unexpected or reshaped):
-        return None
-    parts = []
-    for label, items in (("missing in checkpoint", missing), ("not in model", unexpected), ("shape", reshaped)):
-        if items:
-            shown = ", ".join(items[:5]) + (f" (+{len(items) - 5} more)" if len(items) > 5 else "")
-            parts.append(f"{label}: {shown}")
-    return "; ".join(parts)
+    return differences.describe() if differences else None
