@@ -92,11 +92,6 @@ class FSDPCheckpointing:
             dcp.finish_saves(self.checkpoint_io)
             ckpt.save_full(checkpoint, filepath, **common, is_global_zero=self.is_global_zero, barrier=self.barrier)
 
-    def remove_checkpoint(self, filepath: PathLike) -> None:
-        """Rank 0 deletes the file or the shard directory."""
-        if self.is_global_zero:
-            self.checkpoint_io.remove_checkpoint(filepath)
-
     def load_checkpoint(self, checkpoint_path: PathLike, *, weights_only: bool = True) -> dict[str, Any]:
         """Every rank reads, after setup. A sharded directory is read straight into state dicts shaped
         like this run's shards (resharding when the world size changed); a file is returned whole.

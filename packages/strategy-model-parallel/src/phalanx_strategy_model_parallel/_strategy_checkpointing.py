@@ -112,11 +112,6 @@ class ModelParallelCheckpointing:
             barrier=self.barrier,
         )
 
-    def remove_checkpoint(self, filepath: PathLike) -> None:
-        """Rank 0 deletes the directory or file."""
-        if self.is_global_zero:
-            self.checkpoint_io.remove_checkpoint(filepath)
-
     def load_checkpoint(self, checkpoint_path: PathLike, *, weights_only: bool = True) -> dict[str, Any]:
         """Every rank reads, after setup: a DCP directory straight into this mesh's shards (resharding),
         a file whole. Nothing is applied until the ``load_*_state_dict`` calls.
