@@ -200,6 +200,49 @@ class StrategyConformance(ConformanceKit):
         )
         assert trainer.world_size == self.devices, f"devices={self.devices} gave world_size={trainer.world_size}"
 
+    def test_declared_capabilities_hold(self) -> None:
+        """What the strategy declares in ``phalanx.strategies.capabilities.CAPABILITIES`` is well
+        formed and, where it can be seen without training, true: the start methods are ones the
+        launchers know, the preloaded modules import, and ``empty_init_on_meta`` is what
+        ``tensor_init_context(empty_init=True)`` really does."""
+        import importlib.util
+
+        import torch
+
+        from phalanx import Trainer
+        from phalanx.strategies.capabilities import capabilities
+        from phalanx.strategies.parallel import START_METHODS
+
+        trainer = Trainer(
+            strategy=self._strategy_argument(),
+            accelerator=self.accelerator,
+            devices=self.devices,
+            logger=False,
+            enable_progress_bar=False,
+        )
+        strategy = trainer.strategy
+        declared = capabilities(strategy)
+        name = type(strategy).__name__
+        for flag, value in declared.items():
+            if flag in ("supported_start_methods", "launcher_preload"):
+                assert isinstance(value, tuple) and all(isinstance(v, str) for v in value), (
+                    f"{name}.{flag} = {value!r} must be a tuple of strings"
+                )
+            else:
+                assert isinstance(value, bool), f"{name}.{flag} = {value!r} must be a bool"
+        methods = declared.get("supported_start_methods", ("popen",))
+        assert methods and set(methods) <= set(START_METHODS), (
+            f"{name}.supported_start_methods = {methods!r}: choose among {START_METHODS}"
+        )
+        for module in declared.get("launcher_preload", ()):
+            assert importlib.util.find_spec(module) is not None, f"{name}.launcher_preload names {module!r}, not importable"
+        with strategy.tensor_init_context(empty_init=True):
+            layer = torch.nn.Linear(2, 2)
+        assert layer.weight.is_meta == declared["empty_init_on_meta"], (
+            f"{name}.empty_init_on_meta is {declared['empty_init_on_meta']} but tensor_init_context(empty_init=True) "
+            f"built a parameter on {layer.weight.device}"
+        )
+
     def test_fit_matches_plain_pytorch(self, fitted: Path) -> None:
         self._check_fit(fitted)
 
