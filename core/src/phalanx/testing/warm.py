@@ -32,7 +32,6 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 
 __all__ = ["COLD_VARIABLES", "WarmParent", "can_start_warm", "warm_parent"]
 
@@ -226,11 +225,13 @@ def _default_threads() -> int:
 
 
 def _become(request: dict, base_path: list[str], threads: int) -> None:
-    """In the forked child: turn into the requested job, run it, exit with its status."""
-    code = 1
+    """In the forked child: turn into the requested job, run it, and end as the interpreter ends a
+    script: whatever the job raises (SystemExit, an error) unwinds out of the parent's loop, where
+    nothing catches it, and the interpreter reports it, joins the threads, runs atexit and
+    finalises (process groups and subprocess handles are released as at any exit)."""
     try:
         os.setsid()
-        for signum in (signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE, signal.SIGHUP):
+        for signum in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP):  # SIGPIPE stays ignored, as Python has it
             signal.signal(signum, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         _redirect(request["stdout"], request["stderr"])
@@ -247,14 +248,13 @@ def _become(request: dict, base_path: list[str], threads: int) -> None:
         import torch
 
         torch.set_num_threads(int(env["OMP_NUM_THREADS"]) if env.get("OMP_NUM_THREADS") else threads)
-        code = _run(argv, extra, base_path)
-    except BaseException:  # the child must never return into the parent's loop
+    except BaseException:  # the job could not be set up: never go on with the parent's loop
         import traceback
 
         traceback.print_exc()
-        code = 1
-    finally:
-        _exit(code)
+        raise SystemExit(1) from None
+    _run(argv, extra, base_path)
+    raise SystemExit(0)
 
 
 def _startup_options(env: dict[str, str]) -> None:
@@ -290,8 +290,8 @@ def _redirect(stdout: str, stderr: str) -> None:
     sys.__stdout__, sys.__stderr__, sys.__stdin__ = sys.stdout, sys.stderr, sys.stdin  # type: ignore[misc]
 
 
-def _run(argv: list[str], extra: list[str], base_path: list[str]) -> int:
-    """Run the script or module as ``__main__``; return the exit code a real interpreter would."""
+def _run(argv: list[str], extra: list[str], base_path: list[str]) -> None:
+    """Run the script or module as ``__main__``, as ``python script.py`` / ``python -m mod`` would."""
     import runpy
 
     try:
@@ -304,28 +304,13 @@ def _run(argv: list[str], extra: list[str], base_path: list[str]) -> int:
             sys.argv = list(argv)
             sys.path[:] = [os.path.dirname(script), *extra, *base_path]
             runpy.run_path(script, run_name="__main__")
-        return 0
-    except SystemExit as stop:
-        if stop.code is None:
-            return 0
-        if isinstance(stop.code, int):
-            return stop.code
-        print(stop.code, file=sys.stderr)
-        return 1
-    except BaseException as error:  # uncaught: reported through sys.excepthook, as the interpreter does
-        sys.excepthook(type(error), error, _script_frames(error.__traceback__))
-        if isinstance(error, KeyboardInterrupt):
-            _finish()
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGINT)  # exit "killed by SIGINT", as the interpreter does
-        return 1
-
-
-def _script_frames(tb: TracebackType | None) -> TracebackType | None:
-    """The traceback from the script's first frame on (without this module's and runpy's)."""
-    while tb is not None and (tb.tb_frame.f_code.co_filename in (__file__, "<frozen runpy>")):
-        tb = tb.tb_next
-    return tb
+    except KeyboardInterrupt as error:
+        # The interpreter reports it, then ends "killed by SIGINT" (a shell's 130): it cannot be left
+        # to unwind here, where the interpreter runs a module (-m) and would exit 1.
+        sys.excepthook(type(error), error, error.__traceback__)
+        _finish()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 def _finish() -> None:
@@ -343,13 +328,6 @@ def _finish() -> None:
             stream.flush()
         except (OSError, ValueError):
             pass
-
-
-def _exit(code: int) -> None:
-    try:
-        _finish()
-    finally:
-        os._exit(code & 0xFF if code >= 0 else 1)
 
 
 if __name__ == "__main__":
