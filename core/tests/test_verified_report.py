@@ -82,7 +82,7 @@ def test_report_records_versions_plugins_and_every_check(written_report: dict) -
         "strategy",
         "StrategyConformance",
     )
-    assert (single["passed"], single["failed"], single["deselected"], single["outcome"]) == (2, 0, 7, "passed")
+    assert (single["passed"], single["failed"], single["deselected"], single["outcome"]) == (2, 0, 8, "passed")
     assert {c["check"]: c["outcome"] for c in single["checks"]}["test_start_method[spawn]"] == "deselected"
     assert (missing["name"], missing["failed"], missing["outcome"]) == ("no_such_strategy", 2, "failed")
     assert missing["plugin"] is None and "no_such_strategy" in missing["error"]
