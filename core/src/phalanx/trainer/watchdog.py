@@ -215,8 +215,12 @@ class Watchdog(threading.Thread):
         try:
             current = int(store.add(_PREFIX + "request", 0))
             if current > self._answered:
+                # Every request since the last answer: two ranks that stall together ask at once
+                # (#1, #2), and rank 0 prints #1 only with this rank's answer to #1 too.
+                snapshot = json.dumps(self._snapshot())
+                for number in range(self._answered + 1, current + 1):
+                    store.set(f"{_PREFIX}report/{number}/{self._rank}", snapshot)
                 self._answered = current
-                store.set(f"{_PREFIX}report/{current}/{self._rank}", json.dumps(self._snapshot()))
         except Exception as error:
             self._lost_store(error)
             return
