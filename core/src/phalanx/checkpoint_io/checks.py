@@ -33,12 +33,7 @@ def check_optimizer_count(saved: int, created: int, *, source: object | None = N
     Raises:
         CheckpointError: The two numbers differ (the message names the fix).
     """
-    if saved != created:
-        msg = (
-            f"{_where(source)} holds {saved} optimizer state(s) but configure_optimizers created {created}. "
-            "Fix: resume with the optimizers the checkpoint was trained with."
-        )
-        raise CheckpointError(msg)
+    _check_count("optimizer", "resume with the optimizers", saved, created, source)
 
 
 def check_scheduler_count(saved: int, created: int, *, source: object | None = None) -> None:
@@ -47,10 +42,14 @@ def check_scheduler_count(saved: int, created: int, *, source: object | None = N
     Raises:
         CheckpointError: The two numbers differ (the message names the fix).
     """
+    _check_count("LR scheduler", "return the schedulers", saved, created, source)
+
+
+def _check_count(what: str, fix: str, saved: int, created: int, source: object | None) -> None:
     if saved != created:
         msg = (
-            f"{_where(source)} holds {saved} LR scheduler state(s) but configure_optimizers created {created}. "
-            "Fix: return the schedulers the checkpoint was trained with."
+            f"{_where(source)} holds {saved} {what} state(s) but configure_optimizers created {created}. "
+            f"Fix: {fix} the checkpoint was trained with."
         )
         raise CheckpointError(msg)
 

@@ -134,6 +134,18 @@ class StrategyConformance(ConformanceKit):
 
         return StrategyRegistry.get(self.strategy, **self.strategy_params)
 
+    def _configured_trainer(self) -> Any:
+        """``Trainer(strategy=..., accelerator=..., devices=...)``: the strategy as the Trainer configures it."""
+        from phalanx import Trainer
+
+        return Trainer(
+            strategy=self._strategy_argument(),
+            accelerator=self.accelerator,
+            devices=self.devices,
+            logger=False,
+            enable_progress_bar=False,
+        )
+
     def _check_fit(self, out: Path, losses_file: str = "losses.txt", first_step: int = 0) -> dict[str, Any]:
         """Compare a finished run's weights and rank 0's losses with plain PyTorch; return its state."""
         import torch
@@ -170,7 +182,6 @@ class StrategyConformance(ConformanceKit):
         assert issubclass(StrategyRegistry.get_class(self.strategy), Strategy)
 
     def test_components_are_filled_in(self) -> None:
-        from phalanx import Trainer
         from phalanx.accelerators import Accelerator
         from phalanx.checkpoint_io import CheckpointIO
         from phalanx.environments import ClusterEnvironment
@@ -178,13 +189,7 @@ class StrategyConformance(ConformanceKit):
         from phalanx.registry import AcceleratorRegistry
         from phalanx.strategies import ParallelStrategy
 
-        trainer = Trainer(
-            strategy=self._strategy_argument(),
-            accelerator=self.accelerator,
-            devices=self.devices,
-            logger=False,
-            enable_progress_bar=False,
-        )
+        trainer = self._configured_trainer()
         strategy = trainer.strategy
         parts = {"accelerator": Accelerator, "precision_plugin": Precision, "checkpoint_io": CheckpointIO}
         if isinstance(strategy, ParallelStrategy):
@@ -209,18 +214,10 @@ class StrategyConformance(ConformanceKit):
 
         import torch
 
-        from phalanx import Trainer
         from phalanx.strategies.capabilities import capabilities
         from phalanx.strategies.parallel import START_METHODS
 
-        trainer = Trainer(
-            strategy=self._strategy_argument(),
-            accelerator=self.accelerator,
-            devices=self.devices,
-            logger=False,
-            enable_progress_bar=False,
-        )
-        strategy = trainer.strategy
+        strategy = self._configured_trainer().strategy
         declared = capabilities(strategy)
         name = type(strategy).__name__
         for flag, value in declared.items():
