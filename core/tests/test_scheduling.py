@@ -57,3 +57,41 @@ def test_process_starting_tests_and_their_conftest_fixtures_join_one_group(tmp_p
         "test_uses_the_job": "[('processes',)]",
         "test_says_so": "[('processes',)]",
     }, result.stdout + result.stderr
+
+
+def test_under_xdist_the_process_starting_tests_run_on_one_worker(tmp_path: Path) -> None:
+    """A real ``pytest -n 2 --dist loadgroup`` run: every process-starting test, from three modules,
+    runs on the same worker; the in-process tests are not held to it."""
+    (tmp_path / "record.py").write_text(
+        "import os, pathlib\n\n"
+        "def record(name):\n"
+        "    pathlib.Path(os.environ['RECORD_DIR'], name).write_text(os.environ['PYTEST_XDIST_WORKER'])\n"
+    )
+    for index in range(3):
+        (tmp_path / f"test_jobs_{index}.py").write_text(
+            "import subprocess, sys\nfrom record import record\n\n"
+            + "".join(
+                f"def test_job_{index}_{case}():\n"
+                f"    subprocess.run([sys.executable, '-c', 'pass'], check=True)\n"
+                f"    record('job_{index}_{case}')\n\n"
+                for case in range(3)
+            )
+        )
+    (tmp_path / "test_in_process.py").write_text(
+        "from record import record\n\n"
+        + "".join(f"def test_adds_{case}():\n    record('adds_{case}')\n\n" for case in range(12))
+    )
+    records = tmp_path / "records"
+    records.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
+         "-p", "phalanx.testing.scheduling", str(tmp_path)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=240,
+        env={**os.environ, "PYTHONPATH": str(tmp_path), "RECORD_DIR": str(records)},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    workers = {path.name: path.read_text() for path in records.iterdir()}
+    assert len(workers) == 21, workers
+    job_workers = {worker for name, worker in workers.items() if name.startswith("job_")}
+    assert len(job_workers) == 1, f"the process-starting tests ran on {sorted(job_workers)}: {workers}"
+    assert set(workers.values()) == {"gw0", "gw1"}, f"the in-process tests were not spread: {workers}"
