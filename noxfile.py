@@ -11,8 +11,11 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import nox
@@ -43,6 +46,7 @@ os.environ.setdefault("PIP_NO_COMPILE", "1")
 nox.options.default_venv_backend = "virtualenv"
 nox.options.error_on_missing_interpreters = True
 nox.options.sessions = [
+    "environments",
     "tests-core",
     *[f"tests-{p}" for p in PACKAGES],
     "integration",
@@ -88,28 +92,34 @@ def _session(*args: object, **kwargs: object):
     return decorate
 
 
-def _install_torch(session: nox.Session, spec: str = TORCH, *, python: str = "python") -> None:
-    """Put one shared install of ``spec`` (TORCH) on this session's path instead of installing it again.
+def _shared_torch(session: nox.Session, spec: str = TORCH) -> Path:
+    """The folder with one shared install of ``spec`` (TORCH), installed there first if it is not.
 
     torch is most of every session's venv (about 0.9 GB, 30 s to install); the first session of a
-    run installs it with `pip --target` into .nox/shared-<spec>/ and each session adds that folder
-    to its site-packages with a .pth file, so pip sees torch as installed and the sessions' own
-    packages still go into their own venvs. The xla session keeps its own torch (torch-xla pins it).
-    ``python`` is the interpreter of the venv to extend (a session's own by default).
+    run installs it with `pip --target` into .nox/shared-<spec>/ and each venv that uses it adds
+    that folder to its site-packages with a .pth file (``_install_torch``), so pip sees torch as
+    installed and the sessions' own packages still go into their own venvs. The xla session keeps
+    its own torch (torch-xla pins it).
     """
     shared = ROOT / ".nox" / ("shared-" + "".join(c if c.isalnum() or c in ".-" else "_" for c in spec))
     complete = shared / ".complete"
-    external = python != "python"
     if not complete.exists():
         if shared.exists():  # an install that was cut off: start again
             shutil.rmtree(shared)
-        session.run(python, "-m", "pip", "install", "--quiet", "--target", str(shared), spec, external=external)
+        session.run(sys.executable, "-m", "pip", "install", "--quiet", "--target", str(shared), spec, external=True)
         complete.touch()
-    purelib = session.run(
-        python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True, external=external
-    )
-    assert isinstance(purelib, str)
-    Path(purelib.strip(), "_shared_torch.pth").write_text(f"{shared}\n")
+    return shared
+
+
+#: A command (run in a venv by _Environment) that puts the shared torch folder given as its
+#: argument on that venv's path with a .pth file.
+_ADD_TO_PATH = "import pathlib, sys, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], '_shared_torch.pth').write_text(sys.argv[1] + '\\n')"
+
+
+def _install_torch(session: nox.Session, spec: str = TORCH, *, python: str = "python") -> None:
+    """Put the shared install of ``spec`` (``_shared_torch``) on the path of ``python``'s venv (this session's by default)."""
+    shared = _shared_torch(session, spec)
+    session.run(python, "-c", _ADD_TO_PATH, str(shared), external=python != "python")
 
 
 # --- the local distributions: built into wheels once per run -----------------------------------
@@ -240,6 +250,146 @@ def _shared_env(session: nox.Session, *, plugins: bool) -> str:
     return python
 
 
+# --- the environments of xla, lightning, lint and docs: made while the tests run ---------------
+
+
+class _Environment:
+    """A venv of its own (.nox/<name>-env) for one session, made by a list of commands.
+
+    The default run (its first session, ``environments``) starts making every one of them in the
+    background, one after another on one thread, while the shared environment is filled and the
+    tests run; the session that needs one waits for it there. Run alone (`nox -s xla`), a session
+    makes its environment in the foreground. Installing torch-xla's torch alone takes two minutes.
+    """
+
+    def __init__(self, name: str, steps: Callable[[str], list[list[str]]]) -> None:
+        self.name = name
+        self.path = ROOT / ".nox" / f"{name}-env"
+        self.python = str(self.path / "bin" / "python")
+        self.log = ROOT / ".nox" / f"{name}-env.log"
+        self._steps = steps
+        self._future: Future[None] | None = None
+
+    def commands(self) -> list[list[str]]:
+        """The commands that make it: a fresh venv, then ``steps`` (pip installs with its python)."""
+        shutil.rmtree(self.path, ignore_errors=True)
+        return [
+            [sys.executable, "-m", "venv", str(self.path)],
+            [self.python, "-m", "pip", "install", "--quiet", "--upgrade", "pip"],
+            *self._steps(self.python),
+        ]
+
+    def start(self, commands: list[list[str]]) -> None:
+        """Run ``commands`` on the background thread, their output in ``self.log``."""
+        self._future = _BACKGROUND.submit(self._run, commands)
+
+    def _run(self, commands: list[list[str]]) -> None:
+        with self.log.open("w") as log:
+            for command in commands:
+                log.write(f"$ {' '.join(command)}\n")
+                log.flush()
+                subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True, cwd=ROOT)
+
+    def ready(self, session: nox.Session) -> str:
+        """This environment's python, once made (waited for, or made now in the foreground)."""
+        if self._future is None:
+            for command in self.commands():
+                session.run(*command, external=True)
+            return self.python
+        session.log(f"waiting for {self.path.name}, made in the background (log: {self.log})")
+        try:
+            self._future.result()
+        except subprocess.CalledProcessError as error:
+            session.error(f"making {self.path.name} failed ({error}); its log:\n{self.log.read_text()[-6000:]}")
+        return self.python
+
+    def run(self, session: nox.Session, program: str, *args: str, **kwargs: object) -> None:
+        """Run ``program`` (a console script of this environment, or ``python``) in it."""
+        executable = self.python if program == "python" else str(self.path / "bin" / program)
+        session.run(executable, *args, external=True, **kwargs)  # type: ignore[arg-type]
+
+
+#: The thread that makes the environments in the background (one at a time: the tests need the
+#: other core).
+_BACKGROUND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="environments")
+
+
+def _xla_steps(python: str) -> list[list[str]]:
+    pip = [python, "-m", "pip", "install", "--quiet"]
+    return [
+        [*pip, *XLA_TORCH],
+        [*pip, _WHEELS["core"], f"{_WHEELS['strategy-xla']}[xla]", *TEST_DEPS],
+        [*pip, "--no-deps", "--force-reinstall", _WHEELS["core"], _WHEELS["strategy-xla"]],
+    ]
+
+
+def _lightning_steps(python: str) -> list[list[str]]:
+    pip = [python, "-m", "pip", "install", "--quiet"]
+    plugins = [
+        _WHEELS[name] for name in ("strategy-ddp", "strategy-deepspeed", "strategy-fsdp", "strategy-model-parallel")
+    ]
+    return [
+        [python, "-c", _ADD_TO_PATH, str(_TORCH_FOLDER[TORCH])],
+        [*pip, f"{_WHEELS['core']}[tensorboard,cli,extra]", LIGHTNING, *TEST_DEPS, *LIGHTNING_SUITE_DEPS],
+        [*pip, "setuptools", "wheel", "packaging", "py-cpuinfo", "psutil"],
+        *([*pip, "--no-build-isolation", *extra] for extra in NO_BUILD_ISOLATION.values()),
+        [*pip, *plugins],
+        [*pip, "--no-deps", "--force-reinstall", _WHEELS["core"], *plugins],
+    ]
+
+
+def _lint_steps(python: str) -> list[list[str]]:
+    return [
+        [python, "-c", _ADD_TO_PATH, str(_TORCH_FOLDER[TORCH])],
+        [python, "-m", "pip", "install", "--quiet", "ruff", "mypy", "pluggy", "packaging"],
+    ]
+
+
+def _docs_steps(python: str) -> list[list[str]]:
+    return [[python, "-m", "pip", "install", "--quiet", *DOCS_DEPS]]
+
+
+#: The environments, in the order the background thread makes them (the order the sessions run).
+ENVIRONMENTS = {
+    name: _Environment(name, steps)
+    for name, steps in (
+        ("xla", _xla_steps),
+        ("lightning", _lightning_steps),
+        ("lint", _lint_steps),
+        ("docs", _docs_steps),
+    )
+}
+#: This run's local wheels by LOCAL key, and the shared torch folder by spec, once ``_prepare`` made them.
+_WHEELS: dict[str, str] = {}
+_TORCH_FOLDER: dict[str, Path] = {}
+
+
+def _prepare(session: nox.Session, *, torch: bool = True) -> None:
+    """Build the local wheels (and, with ``torch``, the shared torch) the environments' commands name."""
+    if not _WHEELS:
+        _WHEELS.update({key: _wheel(session, key, python=sys.executable) for key in LOCAL})
+    if torch and TORCH not in _TORCH_FOLDER:
+        _TORCH_FOLDER[TORCH] = _shared_torch(session)
+
+
+@_session(venv_backend="none")
+def environments(session: nox.Session) -> None:
+    """Start making the xla, lightning, lint and docs environments in the background (first in the default run).
+
+    They are ready, or nearly, by the time their sessions come: the minutes of installing
+    torch-xla's torch, Lightning and the linters overlap the tests instead of adding to them.
+    """
+    _prepare(session, torch=False)
+    started = ["xla"]  # torch-xla brings its own torch: start it before the shared torch is there
+    ENVIRONMENTS["xla"].start(ENVIRONMENTS["xla"].commands())
+    _prepare(session)
+    for name, environment in ENVIRONMENTS.items():
+        if name not in started:
+            environment.start(environment.commands())
+    for environment in ENVIRONMENTS.values():
+        session.log(f"making {environment.path.name} in the background (log: {environment.log})")
+
+
 @_session(name="tests-core", venv_backend="none")
 def tests_core(session: nox.Session) -> None:
     """Core unit tests: registries, discovery, contracts, Trainer on one device, with every optional
@@ -275,13 +425,17 @@ def integration(session: nox.Session) -> None:
     # minutes) is not part of this session: `nox -s bench -- --quick` runs it.
 
 
-@_session()
+@_session(venv_backend="none")
 def xla(session: nox.Session) -> None:
     """packages/strategy-xla on real torch-xla (XLA:CPU) in its own venv: torch-xla pins its torch."""
-    session.install(*XLA_TORCH)
-    session.install("./core", "./packages/strategy-xla[xla]", *TEST_DEPS)
+    _prepare(session)
+    env = ENVIRONMENTS["xla"]
+    env.ready(session)
     # A skip for want of torch-xla fails here (packages/strategy-xla/tests/xla_required.py).
-    _pytest(session, "packages/strategy-xla/tests", env={"PJRT_DEVICE": "CPU", "PHALANX_REQUIRE_TORCH_XLA": "1"})
+    _pytest(
+        session, "packages/strategy-xla/tests", env={"PJRT_DEVICE": "CPU", "PHALANX_REQUIRE_TORCH_XLA": "1"},
+        python=env.python,
+    )  # fmt: skip
 
 
 @_session()
@@ -300,14 +454,14 @@ def lightning(session: nox.Session) -> None:
        ../shared/lightning-suite beside the checkout); where it is absent this step says so and is
        not run.
     """
-    _install_torch(session)
-    session.install(f"{_wheel(session, 'core')}[tensorboard,cli,extra]", LIGHTNING, *TEST_DEPS, *LIGHTNING_SUITE_DEPS)
-    for name in NO_BUILD_ISOLATION:
-        _install_package_wheel(session, name)
-    session.install(*(_wheel(session, name) for name in ("strategy-ddp", "strategy-fsdp", "strategy-model-parallel")))
-    _pytest(session, "tests/lightning/test_under_lightning.py", env={"PHALANX_REQUIRE_LIGHTNING": "1"})
-    session.run("python", "tools/lightning_surface.py")
-    session.run("python", "tools/lightning_suite.py", "gate", "--if-found", "--min", str(LIGHTNING_SUITE_MIN),
+    _prepare(session)
+    env = ENVIRONMENTS["lightning"]
+    env.ready(session)
+    _pytest(
+        session, "tests/lightning/test_under_lightning.py", env={"PHALANX_REQUIRE_LIGHTNING": "1"}, python=env.python
+    )
+    env.run(session, "python", "tools/lightning_surface.py")
+    env.run(session, "python", "tools/lightning_suite.py", "gate", "--if-found", "--min", str(LIGHTNING_SUITE_MIN),
                 "--cases-per-test", str(LIGHTNING_SUITE_CASES))  # fmt: skip
 
 
@@ -328,34 +482,27 @@ LIGHTNING_SUITE_DEPS = [
 ]  # fmt: skip
 
 
-def _install_package_wheel(session: nox.Session, name: str) -> None:
-    """Install this run's wheel of packages/``name`` with its heavy dependencies in the order they need."""
-    extra = NO_BUILD_ISOLATION.get(name)
-    if extra:
-        session.install("setuptools", "wheel", "packaging", "py-cpuinfo", "psutil")
-        session.install("--no-build-isolation", *extra)
-    session.install(_wheel(session, name) + (f"[{EXTRAS[name]}]" if name in EXTRAS else ""))
-
-
-@_session()
+@_session(venv_backend="none")
 def lint(session: nox.Session) -> None:
     """ruff, mypy on the core, and the layering rule (core imports no plugin; _plugin.py no torch)."""
-    _install_torch(session)
-    session.install("ruff", "mypy", "pluggy", "packaging")
-    session.run("ruff", "check", "core", "packages", "tests", "tools", "examples", "benchmarks", "noxfile.py")
-    session.run("python", "tools/check_layering.py")
-    session.run("mypy", "core/src/phalanx")
+    _prepare(session)
+    env = ENVIRONMENTS["lint"]
+    env.ready(session)
+    env.run(session, "ruff", "check", "core", "packages", "tests", "tools", "examples", "benchmarks", "noxfile.py")
+    env.run(session, "python", "tools/check_layering.py")
+    env.run(session, "mypy", "core/src/phalanx")
 
 
-@_session()
+@_session(venv_backend="none")
 def docs(session: nox.Session) -> None:
     """Build the documentation site into site/ in strict mode: a broken link or reference fails.
 
     The snippets of docs/ and README.md run in the integration session (tests/docs), where every
     plugin they use is installed; `nox -s docs -- --dirty` keeps the previous site/ contents.
     """
-    session.install(*DOCS_DEPS)
-    session.run("mkdocs", "build", "--strict", *(session.posargs or ["--clean"]), env={"NO_MKDOCS_2_WARNING": "1"})
+    env = ENVIRONMENTS["docs"]
+    env.ready(session)
+    env.run(session, "mkdocs", "build", "--strict", *(session.posargs or ["--clean"]), env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session
