@@ -95,3 +95,26 @@ def test_under_xdist_the_process_starting_tests_run_on_one_worker(tmp_path: Path
     job_workers = {worker for name, worker in workers.items() if name.startswith("job_")}
     assert len(job_workers) == 1, f"the process-starting tests ran on {sorted(job_workers)}: {workers}"
     assert set(workers.values()) == {"gw0", "gw1"}, f"the in-process tests were not spread: {workers}"
+
+
+def test_a_kit_test_defined_in_a_process_starting_module_joins_the_group(tmp_path: Path) -> None:
+    """A subclass of a conformance kit holds no process call itself: the kit's module, where the
+    test functions are defined, does."""
+    (tmp_path / "probe.py").write_text(PROBE)
+    (tmp_path / "kit.py").write_text(
+        "import subprocess, sys\n\n"
+        "class Kit:\n"
+        "    def test_runs_ranks(self):\n"
+        "        subprocess.run([sys.executable, '-c', 'pass'], check=True)\n"
+    )
+    (tmp_path / "test_vendor.py").write_text(
+        "from kit import Kit\n\nclass TestVendor(Kit):\n    def test_own_check(self):\n        pass\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+         "-p", "phalanx.testing.scheduling", "-p", "probe", str(tmp_path / "test_vendor.py")],
+        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        timeout=120,
+    )  # fmt: skip
+    groups = dict(line.split(" ", 2)[1:] for line in result.stdout.splitlines() if line.startswith("GROUP "))
+    assert groups == {"test_runs_ranks": "[('processes',)]", "test_own_check": "[]"}, result.stdout + result.stderr

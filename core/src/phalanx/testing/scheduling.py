@@ -23,6 +23,7 @@ pytest 9.2 (which no longer reads the attribute xdist writes), and with it the g
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -151,10 +152,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _sources(item: pytest.Item, root: Path) -> list[Path]:
-    """The test's module and the conftest.py files between it and ``root`` that define a fixture it
-    uses (a session fixture that runs a job makes each test using it a process-starting test)."""
+    """The test's module, the module that defines its function (a conformance kit's test is
+    defined in the kit, which starts the processes, not in the module that subclasses it), and
+    the conftest.py files between it and ``root`` that define a fixture it uses (a session fixture
+    that runs a job makes each test using it a process-starting test)."""
     module = Path(str(item.fspath))
     paths = [module]
+    function = getattr(item, "function", None)
+    if function is not None:
+        try:
+            defined_in = inspect.getsourcefile(inspect.unwrap(function))
+        except TypeError:  # a builtin or a callable object without a source file
+            defined_in = None
+        if defined_in is not None and Path(defined_in) != module:
+            paths.append(Path(defined_in))
     names = set(getattr(item, "fixturenames", ()))
     for folder in module.parents:
         conftest = folder / "conftest.py"
