@@ -172,8 +172,9 @@ def _entry_points(folder: str) -> list[str]:
     return sorted(_project(LOCAL[folder]).get("entry-points", {}).get("phalanx", {}))
 
 
-#: pytest-xdist on two workers; the tests that start processes run one at a time on one of them
-#: (phalanx.testing.scheduling), so two multi-rank jobs never share the cores.
+#: pytest-xdist on two workers, two tests at a time (a 2-rank job keeps about one core busy); a
+#: test marked ``timing`` runs with the machine to itself, and a module, or the tests sharing a
+#: job-running session fixture, stay on one worker (phalanx.testing.scheduling).
 XDIST = ["-n", "2", "--dist", "loadgroup", "-p", "phalanx.testing.scheduling"]
 
 

@@ -15,6 +15,9 @@ from plugin_fixtures import SitePackages
 PLUGIN = """
 from phalanx import hookimpl
 
+#: Holds wall-clock bounds: under xdist it runs with the machine to itself (phalanx.testing.scheduling).
+pytestmark = pytest.mark.timing
+
 @hookimpl
 def phalanx_register_strategies(registry):
     registry.register("fake_raises", "phalanx_fake_doctor_impl:Raises", "raises in setup")

@@ -22,6 +22,9 @@ from phalanx.errors import MisconfigurationError
 from phalanx.trainer.hang_report import first_difference, format_report, snapshot
 from phalanx.trainer.watchdog import Watchdog
 
+#: Holds wall-clock bounds: under xdist it runs with the machine to itself (phalanx.testing.scheduling).
+pytestmark = pytest.mark.timing
+
 
 def _user_function_that_blocks(event: threading.Event, released: threading.Event) -> None:
     event.set()

@@ -19,6 +19,9 @@ from phalanx.errors import MisconfigurationError
 from phalanx.module import Module
 from phalanx.trainer.trainer import Trainer
 
+#: Holds wall-clock bounds: under xdist it runs with the machine to itself (phalanx.testing.scheduling).
+pytestmark = pytest.mark.timing
+
 
 class Tower(Module):
     """Nested layers, a frozen head, a submodule left in eval mode and a parameter of the root."""

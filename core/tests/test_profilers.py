@@ -243,6 +243,7 @@ def test_resolve_profiler_rejects_anything_else(value: Any) -> None:
         assert "did you mean 'simple'" in message
 
 
+@pytest.mark.timing
 def test_pass_through_profiler_does_nothing_cheaply() -> None:
     profiler = PassThroughProfiler()
     assert profiler.profile("a") is profiler.profile("b")  # one shared context, no allocation

@@ -1,4 +1,4 @@
-"""phalanx.testing.scheduling: under xdist, tests that start processes share one group; the rest do not."""
+"""phalanx.testing.scheduling under real pytest-xdist workers: units of work, and a timed test alone."""
 
 from __future__ import annotations
 
@@ -8,113 +8,111 @@ import sys
 import textwrap
 from pathlib import Path
 
-#: Prints each collected test with whether it joined an xdist group (run as a plugin of a pytest
-#: that believes it is an xdist worker, so the scheduling plugin acts without starting workers).
-PROBE = """
+#: Every test notes, while it runs, that it is inside (a file per test in INSIDE), and which worker
+#: ran it (a file per test in ran/).
+CONFTEST = """
+import os, pathlib, time
 import pytest
 
-def pytest_configure(config):
-    config.workerinput = {}
+INSIDE = pathlib.Path(os.environ["INSIDE"])
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items):
-    for item in items:
-        print("GROUP", item.name, [m.args for m in item.iter_markers("xdist_group")])
+@pytest.fixture(autouse=True)
+def inside(request):
+    me = INSIDE / request.node.name
+    me.write_text(os.environ["PYTEST_XDIST_WORKER"])
+    (INSIDE.parent / "ran" / request.node.name).write_text(os.environ["PYTEST_XDIST_WORKER"])
+    yield me
+    me.unlink()
+
+def others(me):
+    return sorted(p.name for p in INSIDE.iterdir() if p != me)
+
+def work(seconds):
+    # stands for a test's own work: the machine is busy, nothing is waited for
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sum(range(1000))
 """
 
 
-def test_process_starting_tests_and_their_conftest_fixtures_join_one_group(tmp_path: Path) -> None:
-    (tmp_path / "probe.py").write_text(PROBE)
-    (tmp_path / "conftest.py").write_text(
-        textwrap.dedent("""
+def _run_xdist(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "inside").mkdir()
+    (tmp_path / "ran").mkdir()
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
+         "-p", "phalanx.testing.scheduling", str(tmp_path / "suite")],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "suite"), "INSIDE": str(tmp_path / "inside"), **env},
+    )  # fmt: skip
+
+
+def test_a_timed_test_runs_alone_while_the_others_run_two_at_a_time(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "conftest.py").write_text(CONFTEST)
+    for index in range(4):
+        (suite / f"test_work_{index}.py").write_text(
+            "from conftest import others, work\n\n"
+            + "".join(
+                f"def test_work_{index}_{case}(inside):\n"
+                f"    assert 'test_alone' not in others(inside)\n"
+                f"    work(0.2)\n"
+                f"    assert 'test_alone' not in others(inside)\n\n"
+                for case in range(5)
+            )
+        )
+    (suite / "test_timed.py").write_text(
+        "import pytest\nfrom conftest import others, work\n\n"
+        "@pytest.mark.timing\n"
+        "def test_alone(inside):\n"
+        "    assert others(inside) == []\n"
+        "    work(0.5)\n"
+        "    assert others(inside) == []\n"
+    )
+    result = _run_xdist(tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "21 passed" in result.stdout, result.stdout
+    workers = {path.read_text() for path in (tmp_path / "ran").iterdir()}
+    assert workers == {"gw0", "gw1"}, "the untimed tests did not spread over both workers"
+
+
+def test_a_module_with_a_shared_fixture_and_the_users_of_a_job_running_session_fixture_each_run_on_one_worker(
+    tmp_path: Path,
+) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    runs = tmp_path / "runs"
+    (suite / "conftest.py").write_text(
+        CONFTEST
+        + textwrap.dedent(f"""
         import subprocess, sys
-        import pytest
 
         @pytest.fixture(scope="session")
         def finished_job():
-            return subprocess.run([sys.executable, "-c", "print(1)"], capture_output=True).returncode
+            with open({str(runs)!r}, "a") as handle:
+                handle.write(os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+            return subprocess.run([sys.executable, "-c", "pass"]).returncode
         """)
     )
-    (tmp_path / "test_jobs.py").write_text(
-        "import subprocess\n\ndef test_runs_a_job():\n    subprocess.run(['true'])\n"
-    )
-    (tmp_path / "test_in_process.py").write_text(
-        "import pytest\n\n"
-        "def test_adds():\n    assert 1 + 1 == 2\n\n"
-        "def test_uses_the_job(finished_job):\n    assert finished_job == 0\n\n"
-        "@pytest.mark.processes\ndef test_says_so():\n    pass\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-         "-p", "phalanx.testing.scheduling", "-p", "probe", str(tmp_path)],
-        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)},
-        timeout=120,
-    )  # fmt: skip
-    groups = dict(line.split(" ", 2)[1:] for line in result.stdout.splitlines() if line.startswith("GROUP "))
-    assert groups == {
-        "test_runs_a_job": "[('processes',)]",
-        "test_adds": "[]",
-        "test_uses_the_job": "[('processes',)]",
-        "test_says_so": "[('processes',)]",
-    }, result.stdout + result.stderr
-
-
-def test_under_xdist_the_process_starting_tests_run_on_one_worker(tmp_path: Path) -> None:
-    """A real ``pytest -n 2 --dist loadgroup`` run: every process-starting test, from three modules,
-    runs on the same worker; the in-process tests are not held to it."""
-    (tmp_path / "record.py").write_text(
-        "import os, pathlib\n\n"
-        "def record(name):\n"
-        "    pathlib.Path(os.environ['RECORD_DIR'], name).write_text(os.environ['PYTEST_XDIST_WORKER'])\n"
-    )
     for index in range(3):
-        (tmp_path / f"test_jobs_{index}.py").write_text(
-            "import subprocess, sys\nfrom record import record\n\n"
-            + "".join(
-                f"def test_job_{index}_{case}():\n"
-                f"    subprocess.run([sys.executable, '-c', 'pass'], check=True)\n"
-                f"    record('job_{index}_{case}')\n\n"
-                for case in range(3)
+        (suite / f"test_reads_{index}.py").write_text(
+            "".join(
+                f"def test_reads_{index}_{case}(finished_job):\n    assert finished_job == 0\n\n" for case in range(3)
             )
         )
-    (tmp_path / "test_in_process.py").write_text(
-        "from record import record\n\n"
-        + "".join(f"def test_adds_{case}():\n    record('adds_{case}')\n\n" for case in range(12))
-    )
-    records = tmp_path / "records"
-    records.mkdir()
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
-         "-p", "phalanx.testing.scheduling", str(tmp_path)],
-        capture_output=True, text=True, cwd=tmp_path, timeout=240,
-        env={**os.environ, "PYTHONPATH": str(tmp_path), "RECORD_DIR": str(records)},
-    )  # fmt: skip
+    for index in range(4):  # a module-scoped fixture: the module is one unit
+        (suite / f"test_module_{index}.py").write_text(
+            "import pytest\nfrom conftest import work\n\n"
+            "@pytest.fixture(scope='module')\ndef prepared():\n    return 1\n\n"
+            + "".join(f"def test_module_{index}_{case}(prepared):\n    work(0.05)\n\n" for case in range(4))
+        )
+    result = _run_xdist(tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    workers = {path.name: path.read_text() for path in records.iterdir()}
-    assert len(workers) == 21, workers
-    job_workers = {worker for name, worker in workers.items() if name.startswith("job_")}
-    assert len(job_workers) == 1, f"the process-starting tests ran on {sorted(job_workers)}: {workers}"
-    assert set(workers.values()) == {"gw0", "gw1"}, f"the in-process tests were not spread: {workers}"
-
-
-def test_a_kit_test_defined_in_a_process_starting_module_joins_the_group(tmp_path: Path) -> None:
-    """A subclass of a conformance kit holds no process call itself: the kit's module, where the
-    test functions are defined, does."""
-    (tmp_path / "probe.py").write_text(PROBE)
-    (tmp_path / "kit.py").write_text(
-        "import subprocess, sys\n\n"
-        "class Kit:\n"
-        "    def test_runs_ranks(self):\n"
-        "        subprocess.run([sys.executable, '-c', 'pass'], check=True)\n"
-    )
-    (tmp_path / "test_vendor.py").write_text(
-        "from kit import Kit\n\nclass TestVendor(Kit):\n    def test_own_check(self):\n        pass\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-         "-p", "phalanx.testing.scheduling", "-p", "probe", str(tmp_path / "test_vendor.py")],
-        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)},
-        timeout=120,
-    )  # fmt: skip
-    groups = dict(line.split(" ", 2)[1:] for line in result.stdout.splitlines() if line.startswith("GROUP "))
-    assert groups == {"test_runs_ranks": "[('processes',)]", "test_own_check": "[]"}, result.stdout + result.stderr
+    assert len(runs.read_text().split()) == 1, f"the session fixture ran on {runs.read_text().split()}"
+    by_unit: dict[str, set[str]] = {}
+    for path in (tmp_path / "ran").iterdir():
+        unit = "reads" if path.name.startswith("test_reads_") else path.name.rsplit("_", 1)[0]
+        by_unit.setdefault(unit, set()).add(path.read_text())
+    assert len(by_unit) == 5, by_unit
+    assert all(len(workers) == 1 for workers in by_unit.values()), f"a unit was split over workers: {by_unit}"
+    assert set().union(*by_unit.values()) == {"gw0", "gw1"}, by_unit

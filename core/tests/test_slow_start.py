@@ -22,6 +22,9 @@ from trainer_helpers import Net, loader, quiet
 from phalanx.testing.processes import Job
 from phalanx.trainer.trainer import Trainer
 
+#: Holds wall-clock bounds: under xdist it runs with the machine to itself (phalanx.testing.scheduling).
+pytestmark = pytest.mark.timing
+
 #: Seconds rank 1 sleeps before it reaches the rendezvous: well past the strategy's timeout.
 LATE = 6.0
 TIMEOUT = timedelta(seconds=2)

@@ -22,6 +22,9 @@ from reliability_helpers import SCRIPTS, job_env, run_job, running
 
 from phalanx.testing.processes import Job
 
+#: Holds wall-clock bounds: under xdist it runs with the machine to itself (phalanx.testing.scheduling).
+pytestmark = pytest.mark.timing
+
 SCRIPT = SCRIPTS / "hang.py"
 #: Measured figures land here for docs/reliability.md (one JSON line per case).
 FIGURES = os.environ.get("PHALANX_RELIABILITY_FIGURES")

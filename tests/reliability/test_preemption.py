@@ -23,6 +23,9 @@ from reliability_helpers import job_env, run_job, running
 
 from phalanx.testing.processes import Job
 
+#: Holds wall-clock bounds: under xdist it runs with the machine to itself (phalanx.testing.scheduling).
+pytestmark = pytest.mark.timing
+
 #: id: (strategy, signal, who receives it, extra environment)
 CASES = {
     "ddp-sigterm-rank1": ("ddp", signal.SIGTERM, "rank1", {}),

@@ -21,7 +21,7 @@ from ddp_helpers import SCRIPTS, start_job
 
 from phalanx.testing.processes import Job, marked_processes
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.timing]
 
 _DEADLINE_SECONDS = 3.0
 _FAILING = ("ddp", "ddp_spawn", "ddp_fork")

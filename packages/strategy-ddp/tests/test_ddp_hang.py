@@ -11,7 +11,7 @@ import pytest
 from phalanx.testing.processes import Job
 
 SCRIPT = Path(__file__).parent / "scripts" / "hang.py"
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]
 
 
 def test_a_stuck_rank_fails_the_job_within_the_timeout_and_is_named(tmp_path: Path) -> None:

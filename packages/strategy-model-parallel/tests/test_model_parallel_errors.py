@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from mp_testing import read_ranks, run_script
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.timing]
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from phalanx.environments.local import find_free_port
 from phalanx.errors import MisconfigurationError
 from phalanx.strategies import StrategyRegistry
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]
 
 
 def test_fewer_groups_than_min_replicas_is_refused() -> None:

@@ -20,6 +20,9 @@ import pytest
 import torch
 from ft_helpers import assert_same, committed_steps, load_json, replay, start_fit, weights
 
+#: Holds wall-clock bounds: under xdist it runs with the machine to itself (phalanx.testing.scheduling).
+pytestmark = pytest.mark.timing
+
 TIMEOUT = 3.0  # seconds a collective waits for a dead group (and the lighthouse's heartbeat timeout)
 
 

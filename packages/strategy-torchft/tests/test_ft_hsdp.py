@@ -14,6 +14,9 @@ from typing import Any
 import pytest
 from ft_helpers import assert_same, committed_steps, load_json, replay, start_fit, weights
 
+#: Holds wall-clock bounds: under xdist it runs with the machine to itself (phalanx.testing.scheduling).
+pytestmark = pytest.mark.timing
+
 TIMEOUT = 3.0  # seconds a collective waits for a dead group (and the lighthouse's heartbeat timeout)
 #: Local shard shapes on ranks 0 and 1 of a group (the full shapes: 16x8, 16, 1x16, 1).
 SHARDS = {

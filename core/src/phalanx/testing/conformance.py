@@ -310,6 +310,7 @@ class StrategyConformance(ConformanceKit):
         worst = max(_max_diff(seen[i], expected["predictions"][i]) for i in seen)
         assert worst <= self.atol, f"predictions differ from plain PyTorch by up to {worst:.3g} (atol={self.atol:g})"
 
+    @pytest.mark.timing  # holds failure_exit_seconds: runs with the machine to itself under xdist
     def test_failing_rank_stops_the_job(self, tmp_path: Path) -> None:
         result = self._run(tmp_path, fail_at=2)
         assert result.returncode != 0, "a rank raised but the job exited 0"

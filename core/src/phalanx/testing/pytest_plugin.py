@@ -33,6 +33,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "phalanx_conformance: tests from phalanx's conformance kits")
+    config.addinivalue_line(
+        "markers", "timing: the test holds a wall-clock bound (under xdist, phalanx.testing.scheduling runs it alone)"
+    )
     path = config.getoption("phalanx_report", None)
     if path:
         config.pluginmanager.register(ReportHooks(Path(path).resolve()), "phalanx-report")

@@ -1,44 +1,63 @@
-"""Run a test suite on pytest-xdist workers without two multi-process jobs sharing the cores.
+"""Run a test suite on pytest-xdist workers: two tests at a time, a test with a time bound alone.
 
 Most of a strategy package's tests start processes (two ranks, a torchrun agent, a re-executed
-script): two such tests side by side on a 2-core machine would give each rank half a core, and a
-test with a time bound (a hang report within 60 s, a rank brought down within 30 s) would then
-hold on a fast machine only. In-process tests have no such bound. So under ``pytest -n N
---dist loadgroup`` this plugin puts every test whose module starts processes in one xdist group
-(``processes``): they run one after another on one worker, while the in-process tests spread over
-the others. Use it as::
+script). Measured on 2 cores, such a job keeps about one core busy on average: its ranks start one
+after another, wait for each other at the rendezvous and in collectives, and rank 0 alone writes
+the results. So two of them side by side fill the machine instead of oversubscribing it (one after
+another, the integration tests took 877 s; two at a time, 476 s). A test that holds a wall-clock
+bound (a hang report within 60 s, a failing rank bringing the job down within 3 s) is different:
+it must see the machine it would see alone. Under ``pytest -n 2`` this plugin
+
+- makes every test hold a lock on the machine while it runs (setup, call and teardown): *shared*
+  by default, so the two workers run side by side; *exclusive* for a test marked
+  ``@pytest.mark.timing``, which waits for the other worker's test to end and keeps it waiting
+  until its own has (a turnstile keeps a waiting timed test from being starved by shared ones);
+  the wait happens before pytest-timeout's clock starts;
+- hands xdist's scheduler units of work (:class:`ScopeScheduling`): a test is a unit of its own,
+  but a module whose tests share a fixture of that module is one unit (a module-scoped fixture
+  that runs a job runs it once), and the tests that use a fixture outliving one test defined in
+  another file that starts processes (a session fixture in a ``conftest.py`` running a job that
+  several modules read) form one unit, so that job runs once too, on one worker.
+
+Use it as::
 
     pytest -n 2 --dist loadgroup -p phalanx.testing.scheduling core/tests
 
-A module starts processes when its source calls one of :data:`STARTS_PROCESSES` (subprocess,
-phalanx.testing's ``Job`` and ``run_*`` helpers, torchrun, multiprocessing); a test can also say
-so itself with ``@pytest.mark.processes``. Without xdist the plugin changes nothing.
+A file starts processes when its source calls one of :data:`STARTS_PROCESSES` (subprocess,
+phalanx.testing's ``Job`` and ``run_*`` helpers, torchrun, multiprocessing). Without xdist the
+plugin changes nothing.
 
-The group is handed to xdist's scheduler directly (:class:`ProcessGroupScheduling`): each worker
-writes the ids of the tests it put in the group to a file the controller named, and the scheduler
-reads them. xdist's own route, a ``@processes`` suffix on each test id, is silently lost under
-pytest 9.2 (which no longer reads the attribute xdist writes), and with it the grouping: two
-2-rank jobs then ran side by side.
+The units reach xdist's scheduler directly: each worker writes the units it found to a file the
+controller named, and the scheduler reads them. xdist's own route for groups, an ``@group``
+suffix on each test id, is silently lost under pytest 9.2 (which no longer reads the attribute
+xdist writes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-__all__ = ["GROUP", "STARTS_PROCESSES", "ProcessGroupScheduling", "starts_processes"]
+try:
+    import fcntl
+except ImportError:  # not POSIX: no machine lock (tests then run as xdist schedules them)
+    fcntl = None  # type: ignore[assignment]
 
-#: The xdist group every process-starting test joins.
-GROUP = "processes"
-#: Calls in a test module's source that start processes.
+__all__ = ["STARTS_PROCESSES", "ScopeScheduling", "TIMING", "starts_processes"]
+
+#: The marker of a test that holds a wall-clock bound: it runs with the machine to itself.
+TIMING = "timing"
+#: Calls in a source file that start processes.
 STARTS_PROCESSES = re.compile(
     r"\b(subprocess|Popen|Job\(|run_command|run_script|run_python|run_job|run_case|run_kit|run_phalanx|run_torch_ranks|"
     r"run_in_background|start_fit|start_job|measure\(|multiprocessing|mp\.spawn|start_processes|torchrun|"
@@ -48,26 +67,20 @@ _by_path: dict[Path, bool] = {}
 
 
 def starts_processes(path: Path) -> bool:
-    """Whether the module at ``path`` starts processes (its source calls one of STARTS_PROCESSES)."""
+    """Whether the source file at ``path`` starts processes (it calls one of STARTS_PROCESSES)."""
     if path not in _by_path:
-        try:
-            _by_path[path] = bool(STARTS_PROCESSES.search(path.read_text(errors="replace")))
-        except OSError:
-            _by_path[path] = False
+        _by_path[path] = bool(STARTS_PROCESSES.search(_source(path)))
     return _by_path[path]
 
 
 #: The variables execnet sets in every xdist worker (COLUMNS=80, LINES=24), given back the values
 #: the controlling pytest had: a command's output width must not depend on how the suite is run.
 _TERMINAL_VARS = ("COLUMNS", "LINES")
-
-
-#: Where the controller's folder for the workers' group files is kept (config.stash).
-_GROUP_FILES = pytest.StashKey[Path]()
+#: The controller's folder for the workers' unit files and the machine lock (config.stash).
+_FOLDER = pytest.StashKey[Path]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "processes: the test starts processes (xdist runs these one at a time)")
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None and "phalanx_terminal" in workerinput:
         for name, value in workerinput["phalanx_terminal"].items():
@@ -76,11 +89,11 @@ def pytest_configure(config: pytest.Config) -> None:
             else:
                 os.environ[name] = value
     if workerinput is None and getattr(config.option, "numprocesses", None):
-        config.stash[_GROUP_FILES] = Path(tempfile.mkdtemp(prefix="phalanx-xdist-groups-"))
+        config.stash[_FOLDER] = Path(tempfile.mkdtemp(prefix="phalanx-xdist-"))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    folder = config.stash.get(_GROUP_FILES, None)
+    folder = config.stash.get(_FOLDER, None)
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -88,32 +101,36 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: without xdist it is never called
 def pytest_configure_node(node: Any) -> None:
     """On the controller: hand each worker this process's terminal variables (see _TERMINAL_VARS)
-    and the folder it writes its group's test ids to (see ProcessGroupScheduling)."""
+    and the folder of the unit files and the machine lock."""
     node.workerinput["phalanx_terminal"] = {name: os.environ.get(name) for name in _TERMINAL_VARS}
-    folder = node.config.stash.get(_GROUP_FILES, None)
+    folder = node.config.stash.get(_FOLDER, None)
     if folder is not None:
-        node.workerinput["phalanx_group_files"] = str(folder)
+        node.workerinput["phalanx_folder"] = str(folder)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Under ``--dist loadgroup``, schedule with :class:`ProcessGroupScheduling`; otherwise xdist's own."""
-    folder = config.stash.get(_GROUP_FILES, None)
+    """Under ``--dist loadgroup``, schedule with :class:`ScopeScheduling`; otherwise xdist's own."""
+    folder = config.stash.get(_FOLDER, None)
     if folder is None or config.getvalue("dist") != "loadgroup":
         return None
-    return ProcessGroupScheduling(config, log, folder)
+    return ScopeScheduling(config, log, folder)
 
 
 try:
-    from xdist.scheduler import LoadGroupScheduling as _LoadGroupScheduling
+    from xdist.scheduler import LoadScopeScheduling as _LoadScopeScheduling
 except ImportError:  # without pytest-xdist the scheduler is never asked for
-    _LoadGroupScheduling = object
+    _LoadScopeScheduling = object
 
 
-class ProcessGroupScheduling(_LoadGroupScheduling):  # type: ignore[misc,valid-type]
-    """xdist's ``loadgroup`` scheduling, with the tests of GROUP given to one worker as one unit.
+class ScopeScheduling(_LoadScopeScheduling):  # type: ignore[misc,valid-type]
+    """xdist's scope scheduling with this plugin's units of work.
 
-    The workers name those tests in files under ``folder`` while collecting (every worker
+    A test is a unit of its own, unless it uses a fixture that outlives one test: one defined in
+    its own module makes the module one unit (the fixture runs once), one defined in another file
+    that starts processes (a session fixture of a ``conftest.py`` running a job) puts it in one
+    unit with every test using a fixture of that file (the job runs once, on one worker). The
+    workers write each test's unit to a file under ``folder`` while collecting (every worker
     collects the same tests); the scheduler reads them the first time it sorts a test into a
     unit, which xdist does only once every worker has finished collecting.
     """
@@ -121,59 +138,83 @@ class ProcessGroupScheduling(_LoadGroupScheduling):  # type: ignore[misc,valid-t
     def __init__(self, config: pytest.Config, log: Any, folder: Path) -> None:
         super().__init__(config, log)
         self._folder = folder
-        self._grouped: set[str] | None = None
+        self._units: dict[str, str] | None = None
 
     def _split_scope(self, nodeid: str) -> str:
-        if self._grouped is None:
-            self._grouped = set()
-            for path in self._folder.glob("*.json"):
-                self._grouped.update(json.loads(path.read_text()))
-        if nodeid in self._grouped:
-            return GROUP
-        return super()._split_scope(nodeid)
+        if self._units is None:
+            self._units = {}
+            for path in self._folder.glob("*.units.json"):
+                self._units.update(json.loads(path.read_text()))
+        return self._units.get(nodeid, nodeid)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not (getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput")):
-        return  # not under xdist: nothing to share
-    root = config.rootpath
-    grouped = []
-    for item in items:
-        if item.get_closest_marker("processes") or any(starts_processes(path) for path in _sources(item, root)):
-            item.add_marker(pytest.mark.xdist_group(GROUP))
-            grouped.append(item.nodeid)
-    folder = getattr(config, "workerinput", {}).get("phalanx_group_files")
-    if folder:  # for ProcessGroupScheduling on the controller; written whole, then renamed
-        worker = config.workerinput.get("workerid", "worker")  # type: ignore[attr-defined]
-        partial = Path(folder, f"{worker}.json.partial")
-        partial.write_text(json.dumps(grouped))
-        partial.rename(partial.with_suffix(""))
+    folder = getattr(config, "workerinput", {}).get("phalanx_folder")
+    if not folder:
+        return  # not an xdist worker of this plugin's controller
+    units = {item.nodeid: _unit(item) for item in items}
+    worker = config.workerinput.get("workerid", "worker")  # type: ignore[attr-defined]
+    partial = Path(folder, f"{worker}.units.json.partial")  # written whole, then renamed
+    partial.write_text(json.dumps(units))
+    partial.rename(partial.with_suffix(""))
 
 
-def _sources(item: pytest.Item, root: Path) -> list[Path]:
-    """The test's module, the module that defines its function (a conformance kit's test is
-    defined in the kit, which starts the processes, not in the module that subclasses it), and
-    the conftest.py files between it and ``root`` that define a fixture it uses (a session fixture
-    that runs a job makes each test using it a process-starting test)."""
-    module = Path(str(item.fspath))
-    paths = [module]
-    function = getattr(item, "function", None)
-    if function is not None:
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Run the test holding the machine: exclusively if marked TIMING, shared otherwise (xdist only)."""
+    folder = getattr(item.config, "workerinput", {}).get("phalanx_folder")
+    if not folder or fcntl is None:
+        return (yield)
+    with _machine(Path(folder), exclusive=item.get_closest_marker(TIMING) is not None):
+        return (yield)
+
+
+@contextlib.contextmanager
+def _machine(folder: Path, *, exclusive: bool) -> Iterator[None]:
+    """Hold the machine lock (a readers-writer lock of two flock'ed files) while the block runs.
+
+    Every test passes the turnstile before taking the lock; a timed test keeps the turnstile until
+    it has the lock exclusively, so tests arriving meanwhile queue behind it instead of starving it.
+    """
+    assert fcntl is not None
+    with open(folder / "turnstile", "a") as turnstile, open(folder / "machine", "a") as machine:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
         try:
-            defined_in = inspect.getsourcefile(inspect.unwrap(function))
-        except TypeError:  # a builtin or a callable object without a source file
-            defined_in = None
-        if defined_in is not None and Path(defined_in) != module:
-            paths.append(Path(defined_in))
-    names = set(getattr(item, "fixturenames", ()))
-    for folder in module.parents:
-        conftest = folder / "conftest.py"
-        if conftest.exists() and any(re.search(rf"\bdef {re.escape(name)}\(", _source(conftest)) for name in names):
-            paths.append(conftest)
-        if folder == root or not folder.is_relative_to(root):
-            break
-    return paths
+            fcntl.flock(machine, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(machine, fcntl.LOCK_UN)
+
+
+def _unit(item: pytest.Item) -> str:
+    """The unit of work ``item`` belongs to (see ScopeScheduling)."""
+    module = Path(str(item.fspath))
+    info = getattr(item, "_fixtureinfo", None)
+    job_files: set[Path] = set()
+    own_shared = False
+    for name in getattr(item, "fixturenames", ()):
+        definitions = info.name2fixturedefs.get(name) if info is not None else None
+        if not definitions or definitions[-1].scope == "function":
+            continue
+        try:
+            source = inspect.getsourcefile(inspect.unwrap(definitions[-1].func))
+        except TypeError:  # a builtin fixture without a source file
+            continue
+        if source is None:
+            continue
+        if Path(source) == module:
+            own_shared = True
+        elif starts_processes(Path(source)):
+            job_files.add(Path(source))
+    if job_files:
+        return "fixtures of " + ", ".join(str(path) for path in sorted(job_files))
+    if own_shared:
+        return item.nodeid.split("::", 1)[0]
+    return item.nodeid
 
 
 def _source(path: Path) -> str:
