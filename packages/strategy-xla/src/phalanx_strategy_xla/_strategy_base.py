@@ -16,7 +16,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from phalanx.accelerators.accelerator import Accelerator
-from phalanx.checkpoint_io.checkpoint_io import CheckpointIO
+from phalanx.checkpoint_io.checkpoint_io import CheckpointIO, PathLike
 from phalanx.errors import MisconfigurationError, PhalanxError
 from phalanx.precision.precision import Precision
 from phalanx_strategy_xla import _runtime
@@ -96,6 +96,15 @@ class XLAStrategyMixin:
 
         return XLACheckpointIO()
 
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], filepath: PathLike, storage_options: Any | None = None
+    ) -> None:
+        """Every replica calls the IO: tensors must leave every device, the IO meets the replicas at a
+        rendezvous, and a sharded save writes each host's shards (the master ordinal publishes).
+        The core's default, rank 0 alone, would leave the other hosts of an ``xla`` or ``xla_fsdp``
+        run out of that rendezvous."""
+        self.checkpoint_io.save_checkpoint(checkpoint, filepath, storage_options=storage_options)  # type: ignore[attr-defined]
+
     def setup_distributed(self) -> None:
         """No torch.distributed group: torch-xla's runtime connects the replicas (collectives use ``xm``)."""
 
@@ -110,7 +119,9 @@ class XLAStrategyMixin:
         _runtime.import_torch_xla(f"strategy={self.strategy_name!r}")
         return wrap_dataloader(dataloader, self.root_device)  # type: ignore[attr-defined]
 
-    def backward(self, closure_loss: torch.Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> torch.Tensor:
+    def backward(
+        self, closure_loss: torch.Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any
+    ) -> torch.Tensor:
         """Backward through the precision; explains torch's cryptic failure when CPU autograd ran first.
 
         Raises:

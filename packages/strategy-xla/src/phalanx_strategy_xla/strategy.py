@@ -20,7 +20,7 @@ import torch
 from torch.optim import Optimizer
 
 from phalanx.accelerators.accelerator import Accelerator
-from phalanx.checkpoint_io.checkpoint_io import CheckpointIO, PathLike
+from phalanx.checkpoint_io.checkpoint_io import CheckpointIO
 from phalanx.errors import MisconfigurationError
 from phalanx.precision.precision import Precision
 from phalanx.strategies.parallel import ParallelStrategy
@@ -231,11 +231,6 @@ class XLAStrategy(XLAStrategyMixin, ParallelStrategy):
             import torch_xla.core.xla_model as xm
 
             xm.rendezvous(name or "phalanx_barrier")
-
-    # ------------------------------------------------------------------ checkpoints
-    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: PathLike, storage_options: Any | None = None) -> None:
-        """Every replica calls the IO (tensors must leave every device); the master ordinal writes."""
-        self.checkpoint_io.save_checkpoint(checkpoint, filepath, storage_options=storage_options)
 
     # ------------------------------------------------------------------ debug
     def _report(self, stage: str) -> None:
