@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from plugin_fixtures import SitePackages
 
-PLUGIN = """
-from phalanx import hookimpl
-
 #: Holds wall-clock bounds: under xdist it runs with the machine to itself (phalanx.testing.scheduling).
 pytestmark = pytest.mark.timing
+
+PLUGIN = """
+from phalanx import hookimpl
 
 @hookimpl
 def phalanx_register_strategies(registry):

@@ -17,11 +17,11 @@ import pytest
 
 from phalanx.testing import run_command, run_script
 
-_LEAVE_A_DAEMON = """
-import os, subprocess, sys
-
 #: Holds wall-clock bounds: under xdist it runs with the machine to itself (phalanx.testing.scheduling).
 pytestmark = pytest.mark.timing
+
+_LEAVE_A_DAEMON = """
+import os, subprocess, sys
 # A grandchild that outlives this script: re-parented to init when the script exits.
 subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], {how})
 print("started")

@@ -36,7 +36,6 @@ xdist writes).
 from __future__ import annotations
 
 import contextlib
-import inspect
 import json
 import os
 import re
@@ -191,30 +190,44 @@ def _machine(folder: Path, *, exclusive: bool) -> Iterator[None]:
 
 
 def _unit(item: pytest.Item) -> str:
-    """The unit of work ``item`` belongs to (see ScopeScheduling)."""
+    """The unit of work ``item`` belongs to (see ScopeScheduling).
+
+    Fixtures are found by their source: a ``@pytest.fixture(scope=...)`` other than "function"
+    whose ``def`` names one of the test's fixtures (``item.fixturenames``, which includes the
+    fixtures its fixtures use), in the test's module or a ``conftest.py`` between it and the
+    rootdir.
+    """
     module = Path(str(item.fspath))
-    info = getattr(item, "_fixtureinfo", None)
-    job_files: set[Path] = set()
-    own_shared = False
-    for name in getattr(item, "fixturenames", ()):
-        definitions = info.name2fixturedefs.get(name) if info is not None else None
-        if not definitions or definitions[-1].scope == "function":
-            continue
-        try:
-            source = inspect.getsourcefile(inspect.unwrap(definitions[-1].func))
-        except TypeError:  # a builtin fixture without a source file
-            continue
-        if source is None:
-            continue
-        if Path(source) == module:
-            own_shared = True
-        elif starts_processes(Path(source)):
-            job_files.add(Path(source))
+    names = set(getattr(item, "fixturenames", ()))
+    root = item.config.rootpath
+    own_shared = _defines_shared_fixture(module, names)
+    job_files = []
+    for folder in module.parents:
+        conftest = folder / "conftest.py"
+        if conftest.exists() and starts_processes(conftest) and _defines_shared_fixture(conftest, names):
+            job_files.append(conftest)
+        if folder == root or not folder.is_relative_to(root):
+            break
     if job_files:
-        return "fixtures of " + ", ".join(str(path) for path in sorted(job_files))
+        return "fixtures of " + ", ".join(str(path) for path in job_files)
     if own_shared:
         return item.nodeid.split("::", 1)[0]
     return item.nodeid
+
+
+#: A fixture that outlives one test: ``@pytest.fixture(... scope="module" ...)`` (or class,
+#: package, session), possibly under further decorators, then its ``def``.
+_SHARED_FIXTURE = re.compile(
+    r"@pytest\.fixture\([^)]*scope=[\"'](?:class|module|package|session)[\"'][^)]*\)\s*(?:@[^\n]*\n\s*)*def (\w+)\("
+)
+_shared_fixtures: dict[Path, set[str]] = {}
+
+
+def _defines_shared_fixture(path: Path, names: set[str]) -> bool:
+    """Whether ``path`` defines a fixture that outlives one test under one of ``names``."""
+    if path not in _shared_fixtures:
+        _shared_fixtures[path] = set(_SHARED_FIXTURE.findall(_source(path)))
+    return bool(_shared_fixtures[path] & names)
 
 
 def _source(path: Path) -> str:
