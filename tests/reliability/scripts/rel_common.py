@@ -133,7 +133,7 @@ def trainer_kwargs(strategy: str, root: str, **overrides: Any) -> dict[str, Any]
 
 
 def write_json(path: str, payload: Any) -> None:
-    tmp = f"{path}.tmp"
+    tmp = f"{path}.{os.getpid()}.tmp"  # each writer its own: two ranks may write the same file
     with open(tmp, "w", encoding="utf-8") as handle:
         json.dump(payload, handle)
     os.replace(tmp, path)

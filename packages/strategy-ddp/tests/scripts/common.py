@@ -114,7 +114,7 @@ def trainer_kwargs(**overrides: Any) -> dict[str, Any]:
 
 
 def write_json(path: str, payload: dict[str, Any]) -> None:
-    tmp = f"{path}.tmp"
+    tmp = f"{path}.{os.getpid()}.tmp"  # each writer its own: two ranks may write the same file
     with open(tmp, "w") as fh:
         json.dump(payload, fh)
     os.replace(tmp, path)

@@ -114,9 +114,9 @@ def main(out: str, runs: list[dict[str, Any]]) -> None:
     for run in runs:
         rank, results[run["tag"]] = fit(out, run)
     path = os.path.join(out, f"ac_rank{rank}.json")
-    with open(f"{path}.tmp", "w") as handle:
+    with open(f"{path}.{os.getpid()}.tmp", "w") as handle:
         json.dump(results, handle)
-    os.replace(f"{path}.tmp", path)
+    os.replace(f"{path}.{os.getpid()}.tmp", path)
 
 
 if __name__ == "__main__":

@@ -163,7 +163,7 @@ def reference_pipeline(mesh: DeviceMesh, epochs: int, schedule: str, microbatche
 
 
 def write_json(path: str, value: Any) -> None:
-    tmp = f"{path}.tmp"
+    tmp = f"{path}.{os.getpid()}.tmp"  # each writer its own: two ranks may write the same file
     with open(tmp, "w") as handle:
         json.dump(value, handle)
     os.replace(tmp, path)

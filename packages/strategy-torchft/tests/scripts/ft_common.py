@@ -39,7 +39,7 @@ def loss_fn(net: nn.Module, batch: Any) -> torch.Tensor:
 
 
 def write_json(path: str, payload: dict[str, Any]) -> None:
-    tmp = f"{path}.tmp"
+    tmp = f"{path}.{os.getpid()}.tmp"  # each writer its own: two ranks may write the same file
     with open(tmp, "w") as fh:
         json.dump(payload, fh)
     os.replace(tmp, path)
