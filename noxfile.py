@@ -176,6 +176,10 @@ def _entry_points(folder: str) -> list[str]:
 #: test marked ``timing`` runs with the machine to itself, and a module, or the tests sharing a
 #: job-running session fixture, stay on one worker (phalanx.testing.scheduling).
 XDIST = ["-n", "2", "--dist", "loadgroup", "-p", "phalanx.testing.scheduling"]
+#: Per session, each test's seconds in the last ``nox -s test-times`` run (written there through
+#: RECORD_DURATIONS): the scheduler starts the longest units of work first.
+DURATIONS_DIR = ROOT / "tools" / "test-durations"
+RECORD_DURATIONS = "PHALANX_RECORD_DURATIONS"
 
 
 def _pytest(
@@ -189,8 +193,11 @@ def _pytest(
     # --durations: the slowest tests in every CI log, where trimming the suite starts
     JUNIT_DIR.mkdir(parents=True, exist_ok=True)
     junit = f"--junitxml={JUNIT_DIR / (session.name + '.xml')}"
+    xdist = [*XDIST, f"--phalanx-durations={DURATIONS_DIR / (session.name + '.json')}"] if workers else []
+    if workers and os.environ.get(RECORD_DURATIONS) == "1":
+        xdist.append("--phalanx-record-durations")
     session.run(
-        python, "-m", "pytest", *paths, "-ra", "--durations=25", junit, *(XDIST if workers else ()), *session.posargs,
+        python, "-m", "pytest", *paths, "-ra", "--durations=25", junit, *xdist, *session.posargs,
         env=env, external=python != "python",
     )  # fmt: skip
 
@@ -540,10 +547,13 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(name="test-times", venv_backend="none")
 def test_times(session: nox.Session) -> None:
-    """Run the default sessions, then write docs/test-times.md: each session's time and the slowest tests (not default)."""
+    """Run the default sessions, then write docs/test-times.md: each session's time and the slowest
+    tests, and tools/test-durations/ (every test's seconds, for the scheduler) (not default)."""
     SESSION_TIMES.unlink(missing_ok=True)
     shutil.rmtree(JUNIT_DIR, ignore_errors=True)
-    session.run(sys.executable, "-m", "nox", "--noxfile", str(ROOT / "noxfile.py"), external=True)
+    session.run(
+        sys.executable, "-m", "nox", "--noxfile", str(ROOT / "noxfile.py"), external=True, env={RECORD_DURATIONS: "1"}
+    )
     session.run(sys.executable, str(ROOT / "tools" / "test_times.py"), external=True)
 
 

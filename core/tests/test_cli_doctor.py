@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from plugin_fixtures import SitePackages
 
-#: Holds wall-clock bounds: under xdist it runs with the machine to itself (phalanx.testing.scheduling).
-pytestmark = pytest.mark.timing
+#: Not marked ``timing``: the one bound that matters, 25 s for a check, is what the hanging check
+#: waits out asleep; the checks that pass take a few seconds beside another test.
 
 PLUGIN = """
 from phalanx import hookimpl

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -21,8 +22,14 @@ def inside(request):
     me = INSIDE / request.node.name
     me.write_text(os.environ["PYTEST_XDIST_WORKER"])
     (INSIDE.parent / "ran" / request.node.name).write_text(os.environ["PYTEST_XDIST_WORKER"])
+    started = time.monotonic()
     yield me
     me.unlink()
+    # one line per test, appended whole: worker, name, start, end (one clock for every process)
+    line = f"{os.environ['PYTEST_XDIST_WORKER']} {request.node.name} {started} {time.monotonic()}\\n"
+    fd = os.open(INSIDE.parent / "windows", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.write(fd, line.encode())
+    os.close(fd)
 
 def others(me):
     return sorted(p.name for p in INSIDE.iterdir() if p != me)
@@ -35,12 +42,12 @@ def work(seconds):
 """
 
 
-def _run_xdist(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "inside").mkdir()
-    (tmp_path / "ran").mkdir()
+def _run_xdist(tmp_path: Path, *options: str, **env: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "inside").mkdir(exist_ok=True)
+    (tmp_path / "ran").mkdir(exist_ok=True)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
-         "-p", "phalanx.testing.scheduling", str(tmp_path / "suite")],
+         "-p", "phalanx.testing.scheduling", *options, str(tmp_path / "suite")],
         capture_output=True, text=True, cwd=tmp_path, timeout=300,
         env={**os.environ, "PYTHONPATH": str(tmp_path / "suite"), "INSIDE": str(tmp_path / "inside"), **env},
     )  # fmt: skip
@@ -116,3 +123,71 @@ def test_a_module_with_a_shared_fixture_and_the_users_of_a_job_running_session_f
     assert len(by_unit) == 5, by_unit
     assert all(len(workers) == 1 for workers in by_unit.values()), f"a unit was split over workers: {by_unit}"
     assert set().union(*by_unit.values()) == {"gw0", "gw1"}, by_unit
+
+
+def test_timed_tests_run_as_one_block_first(tmp_path: Path) -> None:
+    """Timed tests of two modules, with untimed modules between them in collection order: one
+    worker runs all of them back to back, first, and no other test starts or ends inside that block."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "conftest.py").write_text(CONFTEST)
+    for name in ("a", "c"):
+        (suite / f"test_{name}_timed.py").write_text(
+            "import pytest\nfrom conftest import others, work\n\npytestmark = pytest.mark.timing\n\n"
+            + "".join(
+                f"def test_timed_{name}{case}(inside):\n    assert others(inside) == []\n    work(0.2)\n\n"
+                for case in range(3)
+            )
+        )
+    for name in ("b", "d"):
+        (suite / f"test_{name}_work.py").write_text(
+            "from conftest import work\n\n"
+            + "".join(f"def test_work_{name}{case}(inside):\n    work(0.3)\n\n" for case in range(6))
+        )
+    for name in ("e", "f"):  # units larger than the timed block: xdist alone would hand these out first
+        (suite / f"test_{name}_module.py").write_text(
+            "import pytest\nfrom conftest import work\n\n@pytest.fixture(scope='module')\ndef prepared():\n    return 1\n\n"
+            + "".join(f"def test_module_{name}{case}(prepared):\n    work(0.05)\n\n" for case in range(8))
+        )
+    result = _run_xdist(tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    windows = [line.split() for line in (tmp_path / "windows").read_text().splitlines()]
+    timed = [
+        (worker, float(start), float(end)) for worker, name, start, end in windows if name.startswith("test_timed_")
+    ]
+    assert len(timed) == 6, windows
+    assert len({worker for worker, _, _ in timed}) == 1, f"the timed tests were split over workers: {timed}"
+    block = (min(start for _, start, _ in timed), max(end for _, _, end in timed))
+    inside_block = [name for _, name, start, end in windows if not name.startswith("test_timed_")
+                    and float(end) > block[0] and float(start) < block[1]]  # fmt: skip
+    assert not inside_block, f"untimed tests ran inside the timed block: {inside_block}"
+    first = min((float(start), name) for worker, name, start, _ in windows if worker == timed[0][0])
+    assert first[1].startswith("test_timed_"), f"the timed block's worker began with {first[1]}"
+
+
+def test_recorded_durations_start_the_longest_tests_first(tmp_path: Path) -> None:
+    """A run records every test's seconds; the next run, given them, starts the long test collected
+    last before the quick ones (without them, xdist's order would leave it to the end)."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "conftest.py").write_text(CONFTEST)
+    for index in range(6):
+        (suite / f"test_a{index}_quick.py").write_text(
+            "from conftest import work\n\n"
+            + "".join(f"def test_quick_{index}_{case}(inside):\n    work(0.05)\n\n" for case in range(2))
+        )
+    (suite / "test_z_long.py").write_text("from conftest import work\n\ndef test_long(inside):\n    work(1.0)\n")
+    durations = tmp_path / "durations.json"
+    recorded = _run_xdist(tmp_path, f"--phalanx-durations={durations}", "--phalanx-record-durations")
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    seconds = json.loads(durations.read_text())
+    assert len(seconds) == 13 and seconds["suite/test_z_long.py::test_long"] >= 1.0, seconds  # ids from the rootdir
+    assert all(value < 1.0 for key, value in seconds.items() if "quick" in key), seconds
+    (tmp_path / "windows").unlink()
+    result = _run_xdist(tmp_path, f"--phalanx-durations={durations}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    windows = sorted(
+        (float(start), name)
+        for _, name, start, _ in (line.split() for line in (tmp_path / "windows").read_text().splitlines())
+    )
+    assert "test_long" in [name for _, name in windows[:2]], f"the long test did not start first: {windows}"

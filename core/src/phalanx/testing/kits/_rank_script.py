@@ -136,7 +136,10 @@ class Recorder(Callback):
                   "losses": list(self.losses), "world_size": self.world_size}}
         _writing[0] = True
         try:
-            torch.save(record, os.path.join(RECORDS, f"{{self.phase}}-rank{{self.rank}}.pt"))
+            # A temporary name, then a rename: a rank stopped mid-write (another rank failed) leaves no half record.
+            path = os.path.join(RECORDS, f"{{self.phase}}-rank{{self.rank}}.pt")
+            torch.save(record, f"{{path}}.{{os.getpid()}}.tmp")
+            os.replace(f"{{path}}.{{os.getpid()}}.tmp", path)
         finally:
             _writing[0] = False
 
