@@ -386,42 +386,56 @@ def _inherited_privates(classes: dict[str, tuple[list[str], set[str]]], name: st
 
 
 def _inherited_private_problems(root: Path) -> list[str]:
-    """Rule 7 over packages/*/src and examples/*/src."""
+    """Rule 7 over packages/*/src and examples/*/src.
+
+    A package's classes are read together (a subclass and its base often live in two files), and
+    a class's package-local bases, mixins included, are checked with it: their methods run on the
+    same ``self``, so a mixin mixed into a core subclass may not use that core class's privates either.
+    """
     core: dict[str, tuple[list[str], set[str]]] = {}
     for path in sorted((root / "core" / "src" / "phalanx").rglob("*.py")):
         core.update(_class_privates(_parse(path)))
-    problems = []
+    by_package: dict[Path, list[Path]] = {}
     for path in _plugin_sources(root):
-        tree = _parse(path)
-        local = _class_privates(tree)
-        for cls in (node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)):
-            # What the class inherits from core classes, through its package-local bases too.
+        package = path.parents[len(path.relative_to(root).parts) - 3]  # packages/<name> or examples/<name>
+        by_package.setdefault(package, []).append(path)
+    found: set[tuple[str, int, str, str]] = set()
+    for paths in by_package.values():
+        local: dict[str, tuple[list[str], set[str]]] = {}
+        classes: dict[str, tuple[Path, ast.ClassDef]] = {}
+        for path in paths:
+            tree = _parse(path)
+            local.update(_class_privates(tree))
+            classes.update((node.name, (path, node)) for node in ast.walk(tree) if isinstance(node, ast.ClassDef))
+        for name in classes:
+            # What the class inherits from core classes, and its package-local bases (same self).
             inherited: set[str] = set()
-            pending, seen = [cls.name], set()
+            family, pending = [], [name]
             while pending:
                 current = pending.pop()
-                if current in seen:
+                if current in family:
                     continue
-                seen.add(current)
+                family.append(current)
                 for base in local.get(current, ([], set()))[0]:
                     if base in local and base != current:
                         pending.append(base)
                     elif base in core:
                         inherited |= core[base][1] | _inherited_privates(core, base, set())
-            uses = {
-                (node.lineno, node.attr)
-                for node in ast.walk(cls)
-                if isinstance(node, ast.Attribute)
-                and isinstance(node.value, ast.Name)
-                and node.value.id == "self"
-                and node.attr in inherited
-            }
-            for line, name in sorted(uses):
-                problems.append(
-                    f"{path.relative_to(root)}:{line}: {cls.name} uses {name!r}, a private member of its core base "
-                    "class; use (or add to the core) a public or documented protected accessor"
+            for member in family:
+                path, cls = classes[member]
+                found.update(
+                    (str(path.relative_to(root)), node.lineno, member, node.attr)
+                    for node in ast.walk(cls)
+                    if isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "self"
+                    and node.attr in inherited
                 )
-    return problems
+    return [
+        f"{path}:{line}: {cls} uses {name!r}, a private member of its core base "
+        "class; use (or add to the core) a public or documented protected accessor"
+        for path, line, cls, name in sorted(found)
+    ]
 
 
 def format_graph(root: Path = ROOT) -> str:

@@ -257,3 +257,30 @@ def test_a_plugin_class_using_a_private_member_of_its_core_base_is_found(tmp_pat
     problems = [p for p in _checker().check(root) if "private member of its core base" in p]
     found = sorted(p.split(": ", 1)[0].rsplit(":", 1)[1] + " " + p.split("uses ")[1].split(",")[0] for p in problems)
     assert found == ["10 '_flag'", "10 '_module'", "4 '_backend'", "9 '_helper'"], problems
+
+
+def test_a_base_in_another_file_and_a_mixin_are_followed_for_inherited_privates(tmp_path: Path) -> None:
+    """A package's subclass of its own base from another file, and a mixin mixed into a core subclass
+    (its methods run on the same self), may not use the core class's privates either."""
+    root = _tree(
+        tmp_path,
+        {
+            "errors.py": "",
+            "strategies/strategy.py": "class Strategy:\n    def __init__(self):\n        self._module = None\n",
+        },
+    )
+    pkg = root / "packages" / "strategy-x" / "src" / "phalanx_strategy_x"
+    pkg.mkdir(parents=True)
+    (root / "packages" / "strategy-x" / "pyproject.toml").write_text(
+        '[project]\nname = "phalanx-strategy-x"\ndependencies = ["phalanx-core"]\n'
+    )
+    (pkg / "base.py").write_text("from phalanx.strategies.strategy import Strategy\nclass Base(Strategy):\n    pass\n")
+    (pkg / "steps.py").write_text("class Steps:\n    def name(self):\n        return type(self._module).__name__\n")
+    (pkg / "strategy.py").write_text(
+        "from phalanx_strategy_x.base import Base\nfrom phalanx_strategy_x.steps import Steps\n"
+        "class X(Steps, Base):\n    def go(self):\n        return self._module\n"  # line 5
+        "class Alone:\n    def go(self):\n        return self._module\n"  # no core base: its own business
+    )
+    problems = [p for p in _checker().check(root) if "private member of its core base" in p]
+    found = sorted(p.split(": ", 1)[0].split("/")[-1] + " " + p.split(": ", 1)[1].split(" uses")[0] for p in problems)
+    assert found == ["steps.py:3 Steps", "strategy.py:5 X"], problems

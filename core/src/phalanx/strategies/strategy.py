@@ -58,7 +58,7 @@ class Strategy(StrategySteps, StrategyCollectives, StrategyCheckpointing, Strate
         checkpoint_io: CheckpointIO | None = None,
         precision_plugin: Precision | None = None,
     ) -> None:
-        self._accelerator: Accelerator | None = accelerator
+        self._accelerator: Accelerator | None = None if accelerator is None else self.adapt_accelerator(accelerator)
         self._checkpoint_io: CheckpointIO | None = checkpoint_io
         self._precision_plugin: Precision | None = None
         self._precision_given = False
@@ -77,7 +77,16 @@ class Strategy(StrategySteps, StrategyCollectives, StrategyCheckpointing, Strate
 
     @accelerator.setter
     def accelerator(self, accelerator: Accelerator | None) -> None:
-        self._accelerator = accelerator
+        self._accelerator = None if accelerator is None else self.adapt_accelerator(accelerator)
+
+    def adapt_accelerator(self, accelerator: Accelerator) -> Accelerator:
+        """Check an accelerator before the strategy keeps it (given to the constructor or assigned).
+
+        Override to refuse one the strategy cannot run on (raise ``MisconfigurationError`` naming
+        the choices and the fix), as the XLA strategies refuse anything but XLA's. The default
+        keeps it unchanged.
+        """
+        return accelerator
 
     @property
     def checkpoint_io(self) -> CheckpointIO:

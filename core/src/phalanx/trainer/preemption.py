@@ -112,8 +112,10 @@ class Preemption:
         if global_step == self._last_checked or global_step % self._every:
             return None if self._distributed or not run.should_stop else "stop"
         self._last_checked = global_step
-        if not self._distributed:
-            return self._local_verdict(run)
+        if not self._distributed:  # written out here: this runs every step of a single-process fit
+            if self._active and self.requested is not None:
+                return self._preempt(run)
+            return "stop" if run.should_stop else None
         signal_now, stop_now = self._agree(run.strategy, self.requested is not None, run.should_stop)
         if signal_now and self._active:
             return self._preempt(run)
@@ -121,11 +123,6 @@ class Preemption:
             run.should_stop = True
             return "stop"
         return None
-
-    def _local_verdict(self, run: Run) -> str | None:
-        if self._active and self.requested is not None:
-            return self._preempt(run)
-        return "stop" if run.should_stop else None
 
     def _preempt(self, run: Run) -> str:
         self.preempted = True

@@ -52,7 +52,7 @@ class ContextParallelSteps:
         if not self._cp_checked:
             if mode.calls == 0:
                 msg = (
-                    f"context_parallel_size={mode.size}: the first training step of {type(self._module).__qualname__} "
+                    f"context_parallel_size={mode.size}: the first training step of {type(self.module).__qualname__} "
                     "called no F.scaled_dot_product_attention, so every rank saw only its part of each sequence "
                     "and nothing attended across ranks. Fix: compute attention with "
                     "torch.nn.functional.scaled_dot_product_attention (hand-written softmax attention cannot be "

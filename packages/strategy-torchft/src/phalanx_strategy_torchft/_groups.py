@@ -24,7 +24,7 @@ from typing import Any
 
 from phalanx.launchers.launcher import Launcher
 from phalanx.launchers.subprocess_script import script_command
-from phalanx_strategy_torchft._lighthouse import LocalLighthouse, die_with_parent
+from phalanx_strategy_torchft._local_lighthouse import LocalLighthouse, die_with_parent
 
 __all__ = ["ENV_GROUP", "ENV_LIGHTHOUSE", "ENV_START", "GroupsConfig", "ReplicaGroupsLauncher"]
 

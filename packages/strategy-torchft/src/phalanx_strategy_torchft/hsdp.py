@@ -89,7 +89,7 @@ class FTHSDPStrategy(FTDDPStrategy):
     @property
     def keep_process_group_after_teardown(self) -> bool:
         """A sharded Module's DTensors need the group's process group after ``fit`` (as in fsdp)."""
-        return isinstance(self._module, FSDPModule)
+        return isinstance(self.module, FSDPModule)
 
     @property
     def supports_inference_mode(self) -> bool:
@@ -127,14 +127,14 @@ class FTHSDPStrategy(FTDDPStrategy):
     @property
     def forward_wrapper(self) -> nn.Module | None:
         """The sharded Module itself: FSDP2's root hooks (gather, reshard) run around each step."""
-        module = self._module
+        module = self.module
         return module if isinstance(module, FSDPModule) and isinstance(module, nn.Module) else None
 
     # ------------------------------------------------------------------ the gradient average
     @contextmanager
     def block_backward_sync(self) -> Generator[None, None, None]:
         """Accumulating micro-batches: no reduce-scatter in the group, no all-reduce across groups."""
-        module = self._module
+        module = self.module
         if isinstance(module, FSDPModule):
             module.set_requires_gradient_sync(False)
         self._sync_blocked = True

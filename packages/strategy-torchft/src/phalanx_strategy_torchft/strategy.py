@@ -28,7 +28,7 @@ from phalanx.launchers.launcher import Launcher
 from phalanx.strategies.configuration import StrategyConfiguration
 from phalanx.strategies.parallel import ParallelStrategy, split_parallel_arguments
 from phalanx_strategy_torchft._groups import ENV_GROUP, ENV_LIGHTHOUSE, ENV_START, GroupsConfig, ReplicaGroupsLauncher
-from phalanx_strategy_torchft._lighthouse import check_reachable, parse_address
+from phalanx_strategy_torchft._local_lighthouse import check_reachable, parse_address
 from phalanx_strategy_torchft._manager import CommitGate, clone_state, ft_comm_hook, state_size
 
 __all__ = ["FTDDPStrategy"]

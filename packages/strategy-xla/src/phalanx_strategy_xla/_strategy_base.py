@@ -66,7 +66,6 @@ class XLAStrategyMixin:
     """Overrides shared by single_xla, xla and xla_fsdp; listed first among the bases."""
 
     strategy_name: ClassVar[str]
-    _accelerator: Accelerator | None
 
     @property
     def supports_inference_mode(self) -> bool:
@@ -74,15 +73,10 @@ class XLAStrategyMixin:
         return False
 
     # ------------------------------------------------------------------ parts
-    @property
-    def accelerator(self) -> Accelerator | None:
-        """The XLA accelerator; anything else is refused when assigned."""
-        return self._accelerator
-
-    @accelerator.setter
-    def accelerator(self, accelerator: Accelerator | None) -> None:
+    def adapt_accelerator(self, accelerator: Accelerator) -> Accelerator:
+        """The XLA accelerator is kept; anything else is refused (given or assigned)."""
         check_accelerator(self.strategy_name, accelerator)
-        self._accelerator = accelerator
+        return accelerator
 
     def adapt_precision_plugin(self, precision_plugin: Precision) -> Precision:
         """The core's bf16 precisions are swapped for XLA's; fp16 / fp64 are refused."""
