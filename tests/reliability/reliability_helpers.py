@@ -40,18 +40,22 @@ def job_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _command(script: str, *args: str) -> list[str]:
+def _command(script: str, *args: str, torchrun: int = 0) -> list[str]:
+    if torchrun:  # torchrun on this machine: the script once per rank, no phalanx launcher
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(torchrun),
+                str(SCRIPTS / script), *args]  # fmt: skip
     return [sys.executable, str(SCRIPTS / script), *args]
 
 
 @contextmanager
 def running(
-    workdir: Path, script: str, *args: str, name: str = "job", env: dict[str, str] | None = None
+    workdir: Path, script: str, *args: str, name: str = "job", env: dict[str, str] | None = None, torchrun: int = 0
 ) -> Iterator[Job]:
-    """Start a script job; whatever happens in the block, nothing of it outlives the block."""
+    """Start a script job (under torchrun with ``torchrun`` ranks if given); whatever happens in the
+    block, nothing of it outlives the block."""
     saved = {key: os.environ.pop(key) for key in _RANK_VARS if key in os.environ}
     try:
-        job = Job(_command(script, *args), workdir, env=env or job_env(), name=name, warm=True)
+        job = Job(_command(script, *args, torchrun=torchrun), workdir, env=env or job_env(), name=name, warm=True)
     finally:
         os.environ.update(saved)
     try:

@@ -5,6 +5,10 @@ Usage: ``python hang.py CASE STRATEGY OUT [HANG_REPORT_AFTER]``:
 - ``rank0_forward``: a callback runs a forward pass (fsdp: the sharded model all-gathers its
   weights) or an ``all_gather`` (ddp) inside ``if trainer.is_global_zero:`` at the end of
   validation; rank 1 goes on alone. The job hangs; the watchdog reports; the test sends SIGTERM.
+- ``silent_forward`` (fsdp): a callback runs a forward pass on rank 0 only at the end of the
+  first validation. Its all-gathers pair with the same-shaped all-gathers of rank 1's next
+  training forward, so the callback returns; the job hangs a step later, with the callback on no
+  stack. Rank 0 writes ``OUT/returned`` once the callback has returned.
 - ``mismatch``: rank 0 reduces a tensor through the strategy while rank 1 broadcasts an object
   (run with ``PHALANX_DISTRIBUTED_DEBUG=1``: both ranks raise at once, naming both call sites).
 - ``one_rank_stop``: a hand-written callback sets ``trainer.should_stop`` on rank 1 only, after
@@ -41,6 +45,20 @@ class SampleOutputs(Callback):
             print(predictions.shape)
 
 
+class SilentForward(Callback):
+    """A forward pass on rank 0 only, mid-epoch: the desync that returns (see the module doc)."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.is_global_zero:
+            with torch.no_grad():
+                pl_module(torch.randn(4, 8))  # the line the report must name
+            with open(os.path.join(self.out, "returned"), "w", encoding="utf-8") as handle:
+                handle.write(str(os.getpid()))
+
+
 class StopOnOneRank(Callback):
     """Stop on rank 1 only: at step 3, or at the end of the first epoch."""
 
@@ -73,6 +91,10 @@ def main() -> None:
         kwargs = trainer_kwargs(strategy, out, max_epochs=2, callbacks=[SampleOutputs(strategy, out)])
         if len(sys.argv) > 4:  # the Trainer's default (60 s) otherwise
             kwargs["hang_report_after"] = float(sys.argv[4])
+        Trainer(**kwargs).fit(model, train_loader(), eval_loader(1))
+    elif case == "silent_forward":
+        kwargs = trainer_kwargs(strategy, out, max_epochs=2, callbacks=[SilentForward(out)])
+        kwargs["hang_report_after"] = float(sys.argv[4])
         Trainer(**kwargs).fit(model, train_loader(), eval_loader(1))
     elif case == "mismatch":
         Trainer(**trainer_kwargs(strategy, out, callbacks=[Mismatch()])).fit(model, train_loader())

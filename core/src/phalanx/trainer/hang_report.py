@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
-__all__ = ["first_difference", "format_report", "snapshot"]
+__all__ = ["first_difference", "format_report", "frame_kind", "frame_text", "snapshot"]
 
 _PHALANX_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LIBRARY_DIRS = tuple(
@@ -30,7 +30,7 @@ _LIBRARY_DIRS = tuple(
 _FOLDED = ("phalanx", "torch", "library")
 
 
-def _kind(filename: str) -> str:
+def frame_kind(filename: str) -> str:
     """``user``, ``phalanx`` (the core or a ``phalanx_*`` plugin package), ``torch`` or ``library``."""
     path = os.path.abspath(filename)
     parts = path.replace("\\", "/").split("/")
@@ -142,7 +142,7 @@ def snapshot(*, rank: int, position: dict[str, Any], thread: threading.Thread | 
                 "line": frame.f_lineno,
                 "function": code.co_name,
                 "code": line,
-                "kind": _kind(code.co_filename),
+                "kind": frame_kind(code.co_filename),
             }
         )
     return {
@@ -170,7 +170,7 @@ def _short(path: str) -> str:
     return path if relative.startswith("..") else relative
 
 
-def _frame_text(frame: dict[str, Any]) -> str:
+def frame_text(frame: dict[str, Any]) -> str:
     return f"{_short(frame['file'])}:{frame['line']} in {frame['function']}"
 
 
@@ -212,17 +212,22 @@ def _rank_lines(snap: dict[str, Any]) -> list[str]:
         else f"  no frames of your code ({summary} frames)"
     )
     for frame in own:
-        lines.append(f"    {_frame_text(frame)}")
+        lines.append(f"    {frame_text(frame)}")
         if frame["code"]:
             lines.append(f"      {frame['code']}")
     inner_phalanx = next((f for f in reversed(snap["stack"]) if f["kind"] == "phalanx"), None)
     if inner_phalanx is not None and (not own or snap["stack"].index(inner_phalanx) > snap["stack"].index(own[-1])):
-        lines.append(f"  innermost phalanx frame: {_frame_text(inner_phalanx)}")
+        lines.append(f"  innermost phalanx frame: {frame_text(inner_phalanx)}")
     return lines
 
 
 def format_report(
-    snapshots: Sequence[dict[str, Any]], *, headline: str, missing: Sequence[int] = (), footer: str = ""
+    snapshots: Sequence[dict[str, Any]],
+    *,
+    headline: str,
+    missing: Sequence[int] = (),
+    footer: str = "",
+    collectives: Sequence[str] = (),
 ) -> str:
     """One report for every rank's snapshot: positions, stacks, the first difference, the fix.
 
@@ -231,6 +236,8 @@ def format_report(
         headline: What happened (no progress for N s; a SIGTERM that could not be honoured).
         missing: Ranks whose snapshot did not arrive (dead, or holding the GIL in native code).
         footer: What happens next (the job keeps waiting; it exits).
+        collectives: Lines on the ranks' recorded collectives
+            (:func:`phalanx.trainer.flight_recorder.format_divergence`), after the stacks.
     """
     lines = [f"[phalanx] hang report: {headline}"]
     for snap in snapshots:
@@ -242,7 +249,8 @@ def format_report(
         depth, frames = difference
         lines.append(f"  the ranks' stacks first differ at frame {depth}:")
         for rank, frame in frames.items():
-            lines.append(f"    rank {rank}: {_frame_text(frame) if frame else '(its stack ends before)'}")
+            lines.append(f"    rank {rank}: {frame_text(frame) if frame else '(its stack ends before)'}")
+    lines.extend(collectives)
     ops = {s["rank"]: (s.get("collective") or {}).get("op") for s in snapshots}
     if len(set(ops.values())) > 1:
         listed = ", ".join(f"rank {rank}: {op or 'no collective'}" for rank, op in ops.items())

@@ -20,7 +20,7 @@ import torch
 from phalanx.errors import MisconfigurationError
 from phalanx.hparams import hparams_to_log
 from phalanx.module import Module
-from phalanx.trainer import checkpointing
+from phalanx.trainer import checkpointing, flight_recorder
 from phalanx.trainer.data import resolve_loaders
 from phalanx.trainer.entry_points import no_training_data
 from phalanx.trainer.step import StepOptimizer
@@ -194,6 +194,8 @@ def run_stage(run: Run, loaders: dict[str, Any], ckpt_path: str | None, options:
     stage = fn.value
     try:
         with _torch_flags(run.config):
+            # Before the process group exists: the hang report reads what the recorder keeps.
+            flight_recorder.enable(world_size=trainer.world_size, hang_report=run.config.hang_report_after is not None)
             strategy.setup_environment()
             _start_watchdog(run)
             rank_zero_only.rank = trainer.global_rank  # rank_zero_* helpers now know this process's rank

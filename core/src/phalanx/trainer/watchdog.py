@@ -7,7 +7,9 @@ hook running); when that has not moved for ``Trainer(hang_report_after=50)`` sec
 rank for a report through the rendezvous store (a side channel that does not need the stuck
 process group) and rank 0 prints them together: each rank's position, the collective it waits in,
 its own frames (phalanx's and torch's folded), and the first frame where the ranks' stacks differ
-(:mod:`phalanx.trainer.hang_report`). The job then keeps waiting, as before, until the
+(:mod:`phalanx.trainer.hang_report`), and, from torch's flight recorder, the first collective
+where the ranks' recorded collectives differ, with the line that issued it on each rank (a desync
+whose line has already returned is on no stack; :mod:`phalanx.trainer.flight_recorder`). The job then keeps waiting, as before, until the
 process-group timeout: a report is a diagnosis, not a verdict (a 2-minute step is not a hang).
 
 SIGTERM during a hang: preemption turns a signal into a checkpoint at the next optimizer-step
@@ -39,6 +41,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from phalanx.environments.preemption import EXIT_CODE, grace_seconds
+from phalanx.trainer import flight_recorder
 from phalanx.trainer.hang_report import format_report, snapshot
 
 if TYPE_CHECKING:
@@ -273,7 +276,7 @@ class Watchdog(threading.Thread):
     # ------------------------------------------------------------------ output
     def _snapshot(self) -> dict[str, Any]:
         try:
-            return snapshot(rank=self._rank, position=self.position())
+            snap = snapshot(rank=self._rank, position=self.position())
         except Exception as error:  # a report never ends the watchdog: say what could not be read
             return {
                 "rank": self._rank,
@@ -284,9 +287,24 @@ class Watchdog(threading.Thread):
                 "stack": [],
                 "error": f"the stack could not be read: {type(error).__name__}: {error}",
             }
+        recorded = flight_recorder.read()
+        if recorded is not None:
+            raw, snap["collectives"] = recorded
+            try:
+                snap["recorded_to"] = flight_recorder.write(raw, self._recorder_folder(), self._rank)
+            except OSError as error:
+                snap["recorded_to"] = None
+                sys.stderr.write(f"[phalanx] rank {self._rank}: could not write the recorded collectives: {error}\n")
+        return snap
+
+    def _recorder_folder(self) -> str:
+        """Where every rank writes its recorded collectives: ``<default_root_dir>/flight_recorder``, the
+        same path on every rank (a logger's versioned folder is rank 0's alone)."""
+        return os.path.abspath(os.path.join(self._run.trainer.default_root_dir, "flight_recorder"))
 
     def _print(self, snapshots: list[dict[str, Any]], missing: list[int], headline: str, footer: str) -> None:
-        text = format_report(snapshots, headline=headline, missing=missing, footer=footer)
+        collectives = flight_recorder.format_divergence(snapshots)
+        text = format_report(snapshots, headline=headline, missing=missing, footer=footer, collectives=collectives)
         self.reports.append(text)
         sys.stderr.write(text)
         sys.stderr.flush()
