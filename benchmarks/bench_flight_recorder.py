@@ -4,9 +4,9 @@ Run:  python benchmarks/bench_flight_recorder.py [--steps 600 --repeat 3] [--qui
 
 The recorder is read once per process, when the first process group is made, so on and off are
 separate torchrun launches (2 ranks, gloo), alternating (on, off, off, on, ...). Each launch trains
-the tiny model of bench_ddp_overhead.py with ``Trainer(strategy="ddp")`` (a step is almost all
-Python and one gloo all-reduce, so a per-collective cost shows as much as it can) and times 200
-``strategy.reduce`` calls after the fit (bench_hang_checks.py's measurement, reused). "on" is
+the tiny model of bench_ddp_overhead.py with ``Trainer(strategy="ddp")``, then ``"fsdp"`` (a step
+is almost all Python and a few gloo collectives, so a per-collective cost shows as much as it can)
+and times 200 ``strategy.reduce`` calls after each fit (bench_hang_checks.py's measurement). "on" is
 phalanx's default (``TORCH_FR_BUFFER_SIZE`` unset: phalanx sets 2000); "off" sets it to 0.
 
 Reported: microseconds per step and per collective, medians over launches, and the step-time ratio
@@ -26,15 +26,40 @@ from pathlib import Path
 
 from _bench import Row, finish
 from bench_ddp import _WARMUP, _run
-from bench_hang_checks import _fit
+from bench_ddp_overhead import TinyBench, _tiny_data
+from bench_hang_checks import _TimeReduces
+
+import phalanx
 
 MODES = ("on", "off")
+#: ddp: one gradient all-reduce per step; fsdp: an all-gather per forward and backward and a
+#: reduce-scatter per step (more collectives, deeper stacks to capture).
+STRATEGIES = ("ddp", "fsdp")
+
+
+def _fit(strategy: str, steps: int) -> tuple[float, float]:
+    """(microseconds per step, per strategy.reduce) of one fit of the tiny model (the defaults)."""
+    from torch.utils.data import DataLoader
+
+    timer = _TimeReduces()
+    trainer = phalanx.Trainer(
+        accelerator="cpu", devices=2, strategy=strategy, max_epochs=1, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, callbacks=[timer],
+    )  # fmt: skip
+    module = TinyBench()
+    trainer.fit(module, DataLoader(_tiny_data(steps, 2), batch_size=8, shuffle=True))
+    stamps = module.stamps
+    (w0, _), (w1, _) = stamps[_WARMUP], stamps[-1]
+    return 1e6 * (w1 - w0) / (len(stamps) - 1 - _WARMUP), timer.per_call_us
 
 
 def run_worker(out: str, steps: int, mode: str, index: int) -> None:
-    step_us, reduce_us, _ = _fit("watchdog", steps)
-    if int(os.environ.get("RANK", "0")) == 0:
-        Path(out, f"{mode}-{index}.json").write_text(json.dumps({"step_us": step_us, "reduce_us": reduce_us}))
+    for strategy in STRATEGIES:
+        step_us, reduce_us = _fit(strategy, steps)
+        if int(os.environ.get("RANK", "0")) == 0:
+            Path(out, f"{strategy}-{mode}-{index}.json").write_text(
+                json.dumps({"step_us": step_us, "reduce_us": reduce_us})
+            )
 
 
 def main() -> int:
@@ -53,7 +78,7 @@ def main() -> int:
     if args.quick:
         args.steps, args.repeat = _WARMUP + 10, 1
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
-    results: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
+    results: dict[str, dict[str, list[dict[str, float]]]] = {st: {mode: [] for mode in MODES} for st in STRATEGIES}
     with tempfile.TemporaryDirectory() as out:
         for index in range(args.repeat):
             for mode in MODES if index % 2 == 0 else MODES[::-1]:
@@ -63,30 +88,35 @@ def main() -> int:
                     os.environ.pop("TORCH_FR_BUFFER_SIZE", None)
                 worker = [os.path.abspath(__file__), "--role", "worker", "--out", out, "--steps", str(args.steps)]
                 _run([*launch, *worker, "--mode", mode, "--index", str(index)])
-                results[mode].append(json.loads(Path(out, f"{mode}-{index}.json").read_text()))
+                for strategy in STRATEGIES:
+                    results[strategy][mode].append(json.loads(Path(out, f"{strategy}-{mode}-{index}.json").read_text()))
     os.environ.pop("TORCH_FR_BUFFER_SIZE", None)
-    medians = {mode: {key: statistics.median(r[key] for r in runs) for key in ("step_us", "reduce_us")}
-               for mode, runs in results.items()}  # fmt: skip
     print(f"2 CPU processes, gloo, tiny model, {args.repeat} launches per mode of {args.steps} steps")
-    for mode, m in medians.items():
-        print(f"  recorder {mode:<4} {m['step_us']:8.1f} us/step   {m['reduce_us']:8.1f} us per collective")
-    per_collective = medians["on"]["reduce_us"] - medians["off"]["reduce_us"]
-    ratio = medians["on"]["step_us"] / medians["off"]["step_us"]
-    print(f"  recording costs {per_collective:.1f} us per collective; tiny-model step time on / off = {ratio:.3f}")
-    on_steps = [r["step_us"] for r in results["on"]]
-    rows = [
-        Row(
-            "2-rank ddp, tiny model: step time with the flight recorder / without",
-            ratio,
-            1.02,
-            "x",
-            low=min(on_steps) / medians["off"]["step_us"],
-            high=max(on_steps) / medians["off"]["step_us"],
-            note=f"{per_collective:+.1f} us per collective (its Python stack captured); "
-            f"{medians['off']['step_us']:.0f} us steps without it",
-        ),
-    ]
-    data = {"medians": medians, "samples": results, "per_collective_us": per_collective}
+    rows, data = [], {}
+    for strategy in STRATEGIES:
+        medians = {mode: {key: statistics.median(r[key] for r in runs) for key in ("step_us", "reduce_us")}
+                   for mode, runs in results[strategy].items()}  # fmt: skip
+        for mode, m in medians.items():
+            print(
+                f"  {strategy:<5} recorder {mode:<4} {m['step_us']:8.1f} us/step   {m['reduce_us']:8.1f} us per collective"
+            )
+        per_collective = medians["on"]["reduce_us"] - medians["off"]["reduce_us"]
+        ratio = medians["on"]["step_us"] / medians["off"]["step_us"]
+        print(f"  {strategy}: {per_collective:+.1f} us per strategy collective; step time on / off = {ratio:.3f}")
+        on_steps = [r["step_us"] for r in results[strategy]["on"]]
+        rows.append(
+            Row(
+                f"2-rank {strategy}, tiny model: step time with the flight recorder / without",
+                ratio,
+                1.02,
+                "x",
+                low=min(on_steps) / medians["off"]["step_us"],
+                high=max(on_steps) / medians["off"]["step_us"],
+                note=f"{medians['on']['step_us'] - medians['off']['step_us']:+.0f} us/step on "
+                f"{medians['off']['step_us']:.0f} us; {per_collective:+.1f} us per strategy.reduce",
+            )
+        )
+        data[strategy] = {"medians": medians, "samples": results[strategy], "per_collective_us": per_collective}
     return finish("flight_recorder", rows, data, quick=args.quick)
 
 

@@ -94,7 +94,8 @@ def main() -> None:
         Trainer(**kwargs).fit(model, train_loader(), eval_loader(1))
     elif case == "silent_forward":
         kwargs = trainer_kwargs(strategy, out, max_epochs=2, callbacks=[SilentForward(out)])
-        kwargs["hang_report_after"] = float(sys.argv[4])
+        if len(sys.argv) > 4:  # the Trainer's default (50 s) otherwise
+            kwargs["hang_report_after"] = float(sys.argv[4])
         Trainer(**kwargs).fit(model, train_loader(), eval_loader(1))
     elif case == "mismatch":
         Trainer(**trainer_kwargs(strategy, out, callbacks=[Mismatch()])).fit(model, train_loader())

@@ -71,7 +71,7 @@ def read() -> tuple[bytes, list[dict[str, Any]]] | None:
     """torch's dump of this process's recorder and the compact list of its collectives; None when
     nothing was recorded (the recorder is off, or this torch has none)."""
     try:
-        from torch._C._distributed_c10d import _dump_fr_trace
+        from torch._C._distributed_c10d import _dump_fr_trace  # type: ignore[attr-defined]  # not in the stubs
 
         raw = _dump_fr_trace()
         entries = pickle.loads(raw).get("entries", [])
