@@ -62,7 +62,11 @@ def test_activation_checkpointing_is_bit_identical_and_lowers_the_peak(ranks: li
         for tag in ("ac_lightning", "ac_full", "ac_selective"):
             assert result[tag]["losses"] == eager["losses"], tag
         assert result["ac_full"]["peak"] < result["ac_selective"]["peak"] < eager["peak"]
-        assert result["ac_lightning"]["peak"] == result["ac_full"]["peak"]
+        # The same policy, the same peak, up to what FSDPMemTracker really varies by between runs: one
+        # block's transient buffer alive at the peak or not (8.5 KB, 3.0 %, seen once on one rank of
+        # ac_full; ac_full and ac_selective stay 10 % apart).
+        lightning, full = result["ac_lightning"]["peak"], result["ac_full"]["peak"]
+        assert abs(lightning - full) <= 0.04 * full, (lightning, full)
 
 
 def test_compiled_fits_equal_eager(ranks: list[dict[str, Any]]) -> None:
