@@ -17,7 +17,7 @@ from phalanx.trainer import flight_recorder
 def _entry(
     seq: int, op: str = "gloo:all_gather", line: int = 10, function: str = "training_step", **extra: Any
 ) -> dict[str, Any]:
-    site = {"file": "/work/train.py", "line": line, "function": function, "kind": "user"}
+    site = {"file": "train.py", "line": line, "function": function, "kind": "user"}
     entry = {"group": "default_pg", "seq": seq, "p2p": False, "op": op, "sizes": [[8]], "site": site,
              "via": None, "hook": function, "created": seq * 1000}  # fmt: skip
     entry.update(extra)
@@ -43,8 +43,8 @@ def test_an_extra_collective_on_one_rank_is_named_with_what_the_other_issued_the
     assert divergence is not None and divergence["seq"] == 4 and divergence["group"] == "default_pg"
     lines = "\n".join(flight_recorder.format_divergence(_snapshots(rank0, rank1)))
     assert "first differ at collective #4 of group 'default_pg'" in lines
-    assert "rank 0: gloo:all_gather [[8]] from /work/train.py:42 in on_validation_end\n" in lines + "\n"
-    assert "rank 1: gloo:all_gather [[8]] from /work/train.py:10 in training_step" in lines
+    assert "rank 0: gloo:all_gather [[8]] from train.py:42 in on_validation_end\n" in lines + "\n"
+    assert "rank 1: gloo:all_gather [[8]] from train.py:10 in training_step" in lines
 
 
 def test_a_collective_only_one_rank_issued_and_different_operations_count() -> None:

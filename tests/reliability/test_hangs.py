@@ -46,6 +46,16 @@ def _report(job: Job) -> str:
     return stderr[start:] if start >= 0 else ""
 
 
+def _sigterm(job: Job) -> tuple[int, float]:
+    """SIGTERM to the job's first process; its exit code and the seconds it took, nothing left behind."""
+    sent = time.monotonic()
+    os.kill(job.pid, signal.SIGTERM)
+    code = job.wait(30)
+    exit_seconds = time.monotonic() - sent
+    assert not job.leftovers(), f"processes left behind\n{job.output()[-3000:]}"
+    return code, exit_seconds
+
+
 def _wait_until(condition: object, job: Job, timeout: float, what: str) -> float:
     deadline = time.monotonic() + timeout
     while not condition():  # type: ignore[operator]
@@ -80,11 +90,7 @@ def test_rank0_only_collective_is_reported_within_a_minute_and_sigterm_ends_the_
         rank1 = report[report.index("  rank 1 (") :]
         assert re.search(r"waiting in (all_reduce|broadcast|all_gather)", rank1), report
         assert "first differ at" in report, report
-        sent = time.monotonic()
-        os.kill(job.pid, signal.SIGTERM)
-        code = job.wait(30)
-        exit_seconds = time.monotonic() - sent
-        assert not job.leftovers(), f"processes left behind\n{job.output()[-3000:]}"
+        code, exit_seconds = _sigterm(job)
     assert code == 143, job.output()[-4000:]
     assert exit_seconds < 30
     assert "exiting with 143" in job.stderr
@@ -109,11 +115,7 @@ def test_sigterm_during_a_hang_ends_the_job_under_every_launcher(tmp_path: Path,
     args = ("rank0_forward", strategy, str(out), "10")
     with running(tmp_path, "hang.py", *args, name="job", env=job_env(), torchrun=torchrun) as job:
         _wait_until(lambda: "docs/reliability.md.\n" in _report(job), job, 120, "the hang report")
-        sent = time.monotonic()
-        os.kill(job.pid, signal.SIGTERM)
-        code = job.wait(30)
-        exit_seconds = time.monotonic() - sent
-        assert not job.leftovers(), f"processes left behind\n{job.output()[-3000:]}"
+        code, exit_seconds = _sigterm(job)
     assert exit_seconds < 30, f"took {exit_seconds:.1f} s"
     assert "exiting with 143" in job.stderr, job.output()[-4000:]
     # ddp_spawn's parent passes its ranks' 143 on; torchrun's agent reports the signal it got.
@@ -155,11 +157,7 @@ def test_a_desync_that_returned_is_named_within_a_minute_and_sigterm_ends_the_jo
             cwd=tmp_path, timeout=120,
         )  # fmt: skip
         assert fr_trace.returncode == 0 and "COLLECTIVE_TYPE_MISMATCH" in fr_trace.output(), fr_trace.output()
-        sent = time.monotonic()
-        os.kill(job.pid, signal.SIGTERM)
-        code = job.wait(30)
-        exit_seconds = time.monotonic() - sent
-        assert not job.leftovers(), f"processes left behind\n{job.output()[-3000:]}"
+        code, exit_seconds = _sigterm(job)
     assert code == 143, job.output()[-4000:]
     assert exit_seconds < 30
     if FIGURES:
