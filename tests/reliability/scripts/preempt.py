@@ -1,8 +1,12 @@
-"""Train 12 steps (two epochs of 6) slowly enough for a test to send a signal mid-epoch, or resume.
+"""Train 12 steps (two epochs of 6) with a signal sent mid-epoch, or resume.
 
 Usage: ``python preempt.py run|resume STRATEGY OUT [slurm]``.
 
-``run``: every rank writes ``OUT/pid<R>``; rank 0 writes ``OUT/step<N>`` after optimizer step N.
+``run``: every rank writes ``OUT/pid<R>``; rank 0 writes ``OUT/step<N>`` after optimizer step N. The
+ranks named in ``PREEMPT_SIGNALLED_RANKS`` (comma-separated; ranks the test's signal surely reaches)
+wait after step 3 until their preemption handler has seen it (up to 60 s), so the step the ranks stop
+after does not depend on how fast the machine is: the signal is in by step 3's check, the agreement
+is read at the next one.
 ``resume``: ``fit(ckpt_path="last")`` to step 12, then an uninterrupted 12-step fit in the same
 processes; rank 0 writes both final weights to ``OUT/resumed.json``. ``slurm``: the cluster environment is
 ``SLURMEnvironment(auto_requeue=True)`` (the test starts the tasks like srun does).
@@ -21,6 +25,7 @@ from phalanx import Trainer
 from phalanx.environments import SLURMEnvironment
 
 OUT = sys.argv[3]
+SIGNALLED = os.environ.get("PREEMPT_SIGNALLED_RANKS", "").split(",")
 
 
 class SlowNet(Net):
@@ -29,10 +34,15 @@ class SlowNet(Net):
             handle.write(str(os.getpid()))
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if sys.argv[1] == "run":
-            if self.trainer.global_rank == 0:
-                open(os.path.join(OUT, f"step{self.trainer.global_step}"), "w").close()
-            time.sleep(0.15)
+        if sys.argv[1] != "run":
+            return
+        if self.trainer.global_rank == 0:
+            open(os.path.join(OUT, f"step{self.trainer.global_step}"), "w").close()
+        if self.trainer.global_step == 3 and str(self.trainer.global_rank) in SIGNALLED:
+            preemption = self.trainer.fit_loop.preemption
+            deadline = time.monotonic() + 60
+            while preemption.requested is None and time.monotonic() < deadline:
+                time.sleep(0.01)  # the handler runs between these sleeps
 
 
 def main() -> None:
