@@ -125,4 +125,9 @@ def test_log_model_true_uploads_when_the_stage_ends(file_store: str, tmp_path: P
     assert listed == {best.name, "metadata.yaml", "aliases.txt"}
     local = Path(client.get_run(logger.run_id).info.artifact_uri.removeprefix("file://").removeprefix("file:"))
     assert (local / folder / best.name).read_bytes() == b"weights"
-    assert "score: 0.25" in (local / folder / "metadata.yaml").read_text()
+    import yaml  # mlflow's own dependency
+
+    metadata = yaml.safe_load((local / folder / "metadata.yaml").read_text())
+    assert metadata["score"] == 0.25 and metadata["original_filename"] == best.name
+    assert metadata["Checkpoint"]["monitor"] == "val_loss" and "every_n_epochs" in metadata["Checkpoint"]
+    assert (local / folder / "aliases.txt").read_text() == "['latest', 'best']"

@@ -164,6 +164,7 @@ def test_log_model_uploads_the_best_checkpoint_as_an_artifact(fitted: dict[str, 
     assert (artifact.name, artifact.type, sorted(artifact.aliases)) == ("ckpt", "model", ["best", "latest"])
     metadata = json.loads(artifact.metadata)
     assert metadata["score"] == float(checkpoint.best_model_score) and metadata["original_filename"] == best.name
+    assert metadata["ModelCheckpoint"]["monitor"] == checkpoint.monitor
     (entry,) = artifact.manifest.contents
     digest = base64.b64encode(hashlib.md5(best.read_bytes()).digest()).decode()
     assert (entry.path, entry.size, entry.digest) == ("model.ckpt", best.stat().st_size, digest)

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from phalanx.errors import MisconfigurationError
 from phalanx.loggers._backends import import_backend
-from phalanx.loggers._params import add_prefix, convert_params, flatten_dict, scan_checkpoints
+from phalanx.loggers._checkpoint_uploads import CheckpointUploads
+from phalanx.loggers._params import add_prefix, convert_params, flatten_dict
 from phalanx.loggers.logger import Logger, rank_zero_experiment
 from phalanx.utilities.paths import is_remote
 from phalanx.utilities.rank_zero import rank_zero_only, rank_zero_warn
@@ -37,18 +38,9 @@ __all__ = ["MLFlowLogger"]
 log = logging.getLogger(__name__)
 LOCAL_FILE_URI_PREFIX = "file:"
 _RUN_NAME_TAG = "mlflow.runName"
-_CHECKPOINT_KEYS = (
-    "monitor",
-    "mode",
-    "save_last",
-    "save_top_k",
-    "save_weights_only",
-    "every_n_train_steps",
-    "every_n_epochs",
-)
 
 
-class MLFlowLogger(Logger):
+class MLFlowLogger(CheckpointUploads, Logger):
     """Log to MLflow.
 
     Args:
@@ -70,6 +62,9 @@ class MLFlowLogger(Logger):
         MisconfigurationError: An invalid ``log_model``, or a ``file:`` store that this MLflow
             refuses to open (the message says how to allow it or which store to use instead).
     """
+
+    checkpoint_setting_names = (*CheckpointUploads.checkpoint_setting_names, "every_n_epochs")
+    checkpoint_settings_key = "Checkpoint"
 
     LOGGER_JOIN_CHAR = "-"
 
@@ -242,38 +237,19 @@ class MLFlowLogger(Logger):
         if not self._initialized:
             return
         mlflow_status = {"success": "FINISHED", "finished": "FINISHED", "failed": "FAILED"}.get(status, status)
-        for callback in self._checkpoint_callbacks.values():
-            self._scan_and_log_checkpoints(callback)
-        self._checkpoint_callbacks = {}
+        self._upload_pending_checkpoints()
         if self.experiment.get_run(self.run_id):
             self.experiment.set_terminated(self.run_id, mlflow_status)
 
-    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
-        """Upload the callback's new files now (``"all"``, or True with ``save_top_k=-1``), or remember it for the end."""
-        if self._log_model == "all" or (self._log_model is True and checkpoint_callback.save_top_k == -1):
-            self._scan_and_log_checkpoints(checkpoint_callback)
-        elif self._log_model is True:
-            self._checkpoint_callbacks[id(checkpoint_callback)] = checkpoint_callback
-
-    def _scan_and_log_checkpoints(self, checkpoint_callback: Any) -> None:
+    def _upload_checkpoint(self, path: str, metadata: dict[str, Any], aliases: list[str]) -> None:
         import yaml
 
-        for mtime, path, score, _tag in scan_checkpoints(checkpoint_callback, self._logged_model_time):
-            metadata = {
-                "score": score.item() if hasattr(score, "item") else score,
-                "original_filename": Path(path).name,
-                "Checkpoint": {
-                    k: getattr(checkpoint_callback, k) for k in _CHECKPOINT_KEYS if hasattr(checkpoint_callback, k)
-                },
-            }
-            aliases = ["latest", "best"] if path == checkpoint_callback.best_model_path else ["latest"]
-            artifact_path = (Path(self._checkpoint_path_prefix) / Path(path).stem).as_posix()
-            self.experiment.log_artifact(self.run_id, path, artifact_path)
-            with tempfile.TemporaryDirectory() as folder:
-                (Path(folder) / "metadata.yaml").write_text(yaml.safe_dump(metadata, default_flow_style=False))
-                (Path(folder) / "aliases.txt").write_text(str(aliases))
-                self.experiment.log_artifacts(self.run_id, folder, artifact_path)
-            self._logged_model_time[path] = mtime
+        artifact_path = (Path(self._checkpoint_path_prefix) / Path(path).stem).as_posix()
+        self.experiment.log_artifact(self.run_id, path, artifact_path)
+        with tempfile.TemporaryDirectory() as folder:
+            (Path(folder) / "metadata.yaml").write_text(yaml.safe_dump(metadata, default_flow_style=False))
+            (Path(folder) / "aliases.txt").write_text(str(aliases))
+            self.experiment.log_artifacts(self.run_id, folder, artifact_path)
 
 
 def _client(tracking_uri: str) -> MlflowClient:

@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 from argparse import Namespace
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from phalanx.errors import MisconfigurationError
 from phalanx.loggers._backends import import_backend
-from phalanx.loggers._params import add_prefix, convert_params, sanitize_callables, scan_checkpoints
+from phalanx.loggers._checkpoint_uploads import CheckpointUploads
+from phalanx.loggers._params import add_prefix, convert_params, sanitize_callables
 from phalanx.loggers.logger import Logger, rank_zero_experiment
 from phalanx.utilities.paths import is_remote
 from phalanx.utilities.rank_zero import rank_zero_only, rank_zero_warn
@@ -30,11 +30,10 @@ if TYPE_CHECKING:
 
 __all__ = ["WandbLogger"]
 
-_CHECKPOINT_KEYS = ("monitor", "mode", "save_last", "save_top_k", "save_weights_only", "every_n_train_steps")
 _STEP_KEY = "trainer/global_step"
 
 
-class WandbLogger(Logger):
+class WandbLogger(CheckpointUploads, Logger):
     r"""Log to Weights & Biases.
 
     Args:
@@ -244,35 +243,16 @@ class WandbLogger(Logger):
         """Upload pending checkpoints (``log_model=True``) after a successful stage; the run stays open."""
         if status != "success" or self._experiment is None:
             return
-        for callback in self._checkpoint_callbacks.values():
-            self._scan_and_log_checkpoints(callback)
-        self._checkpoint_callbacks = {}
+        self._upload_pending_checkpoints()
 
-    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
-        """Upload the callback's new files now (``"all"``, or True with ``save_top_k=-1``), or remember it for the end."""
-        if self._log_model == "all" or (self._log_model is True and checkpoint_callback.save_top_k == -1):
-            self._scan_and_log_checkpoints(checkpoint_callback)
-        elif self._log_model is True:
-            self._checkpoint_callbacks[id(checkpoint_callback)] = checkpoint_callback
-
-    def _scan_and_log_checkpoints(self, checkpoint_callback: Any) -> None:
+    def _upload_checkpoint(self, path: str, metadata: dict[str, Any], aliases: list[str]) -> None:
         import wandb
 
-        for mtime, path, score, _tag in scan_checkpoints(checkpoint_callback, self._logged_model_time):
-            metadata = {
-                "score": score.item() if hasattr(score, "item") else score,
-                "original_filename": Path(path).name,
-                type(checkpoint_callback).__name__: {
-                    k: getattr(checkpoint_callback, k) for k in _CHECKPOINT_KEYS if hasattr(checkpoint_callback, k)
-                },
-            }
-            if not self._checkpoint_name:
-                self._checkpoint_name = f"model-{self.experiment.id}"
-            artifact = wandb.Artifact(name=self._checkpoint_name, type="model", metadata=metadata)
-            artifact.add_file(path, name="model.ckpt")
-            aliases = ["latest", "best"] if path == checkpoint_callback.best_model_path else ["latest"]
-            self.experiment.log_artifact(artifact, aliases=aliases)
-            self._logged_model_time[path] = mtime
+        if not self._checkpoint_name:
+            self._checkpoint_name = f"model-{self.experiment.id}"
+        artifact = wandb.Artifact(name=self._checkpoint_name, type="model", metadata=metadata)
+        artifact.add_file(path, name="model.ckpt")
+        self.experiment.log_artifact(artifact, aliases=aliases)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
