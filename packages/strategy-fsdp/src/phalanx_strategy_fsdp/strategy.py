@@ -22,6 +22,7 @@ from phalanx.accelerators.accelerator import Accelerator
 from phalanx.errors import MisconfigurationError
 from phalanx.precision.precision import Precision
 from phalanx.strategies.parallel import ParallelStrategy, split_parallel_arguments
+from phalanx.strategies.sharded import ShardedParameters
 from phalanx.utilities.activation_checkpointing import (
     ActivationCheckpointing,
     apply_activation_checkpointing,
@@ -42,7 +43,7 @@ __all__ = ["FSDPStrategy"]
 FULLY_SHARD_SUPPLIED = ("module", "mesh", "reshard_after_forward", "mp_policy", "offload_policy")
 
 
-class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
+class FSDPStrategy(FSDPCheckpointing, ShardedParameters, ParallelStrategy):
     """Fully sharded data parallel training with ``torch.distributed.fsdp.fully_shard``.
 
     Args:
@@ -149,11 +150,6 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
         return self._device_mesh
 
     @property
-    def restore_checkpoint_after_setup(self) -> bool:
-        """True: a sharded checkpoint is read into the sharded model; FSDP checks its layout itself."""
-        return True
-
-    @property
     def keep_process_group_after_teardown(self) -> bool:
         """While the Module is sharded its DTensors need the group: it lives until exit.
 
@@ -170,18 +166,6 @@ class FSDPStrategy(FSDPCheckpointing, ParallelStrategy):
         shape = mesh_shape(self.device_mesh_spec, world_size=self.world_size, num_nodes=self.num_nodes)
         names = ("shard",) if len(shape) == 1 else ("replicate", "shard")
         self._device_mesh = init_device_mesh(self.root_device.type, shape, mesh_dim_names=names)
-
-    @property
-    def supports_inference_mode(self) -> bool:
-        """False: FSDP2 reuses its all-gather buffers in training, and buffers made under
-        ``torch.inference_mode`` cannot be updated later; evaluation uses ``torch.no_grad``."""
-        return False
-
-    @property
-    def empty_init_on_meta(self) -> bool:
-        """True: ``trainer.init_module(empty_init=True)`` builds on the meta device; setup allocates
-        this rank's shards and runs each layer's ``reset_parameters``."""
-        return True
 
     @contextmanager
     def model_sharded_context(self) -> Generator[None, None, None]:

@@ -31,6 +31,7 @@ from phalanx.errors import MisconfigurationError
 from phalanx.precision.precision import Precision
 from phalanx.strategies.configuration import StrategyConfiguration
 from phalanx.strategies.parallel import ParallelStrategy, split_parallel_arguments
+from phalanx.strategies.sharded import ShardedParameters
 from phalanx_strategy_model_parallel._block_options import apply_block_options, resolve_block_options
 from phalanx_strategy_model_parallel._checks import (
     check_configure_model,
@@ -60,7 +61,7 @@ __all__ = ["ModelParallelStrategy"]
 PRECISIONS = ("32-true", "bf16-mixed", "bf16-true")
 
 
-class ModelParallelStrategy(ModelParallelCheckpointing, ContextParallelSteps, ParallelStrategy):
+class ModelParallelStrategy(ModelParallelCheckpointing, ContextParallelSteps, ShardedParameters, ParallelStrategy):
     """N-D parallel training: data (hybrid) x context x tensor x pipeline parallel on one DeviceMesh.
 
     Args:
@@ -252,26 +253,9 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ContextParallelSteps, Pa
         return {"num_replicas": layout.data_parallel, "rank": layout.coordinates(self.global_rank)[DATA_PARALLEL]}
 
     @property
-    def restore_checkpoint_after_setup(self) -> bool:
-        """True: checkpoints are read into the sharded model, and checked against it here."""
-        return True
-
-    @property
     def keep_process_group_after_teardown(self) -> bool:
         """DTensor parameters and pipeline stages reference the mesh's groups: keep them until exit."""
         return self._device_mesh is not None
-
-    @property
-    def supports_inference_mode(self) -> bool:
-        """False: FSDP2 reuses its all-gather buffers in training, and buffers made under
-        ``torch.inference_mode`` cannot be updated later; evaluation uses ``torch.no_grad``."""
-        return False
-
-    @property
-    def empty_init_on_meta(self) -> bool:
-        """True: ``trainer.init_module(empty_init=True)`` builds on the meta device; setup allocates
-        this rank's shards and runs each layer's ``reset_parameters``."""
-        return True
 
     @property
     def offload_module_on_teardown(self) -> bool:
