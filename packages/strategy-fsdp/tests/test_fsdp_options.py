@@ -9,9 +9,9 @@ from torch import nn
 from phalanx import Trainer
 from phalanx.errors import MisconfigurationError
 from phalanx.precision.amp import MixedPrecision
+from phalanx.strategies.sharded import modules_needing_init
 from phalanx_strategy_fsdp import FSDPStrategy, ModuleClassPolicy
 from phalanx_strategy_fsdp._fsdp2 import MixedPrecisionPolicy
-from phalanx_strategy_fsdp._materialize import modules_needing_init
 from phalanx_strategy_fsdp._options import mesh_shape
 from phalanx_strategy_fsdp._policy import matching_modules
 from phalanx_strategy_fsdp._precision import mixed_precision_policy

@@ -14,8 +14,8 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
+from phalanx.strategies.sharded import has_meta_tensors, materialize_meta, modules_needing_init
 from phalanx_strategy_fsdp._fsdp2 import fully_shard
-from phalanx_strategy_fsdp._materialize import has_meta_tensors, materialize_meta_module, modules_needing_init
 from phalanx_strategy_fsdp._policy import ModuleClassPolicy, ModulePredicate, matching_modules
 
 __all__ = ["apply_activation_checkpointing", "shard_module"]
@@ -76,5 +76,5 @@ def shard_module(
         fully_shard(module, mesh=mesh, **fully_shard_kwargs)
     fully_shard(model, mesh=mesh, **fully_shard_kwargs)
     if to_init:
-        materialize_meta_module(model, to_init, init_device)
+        materialize_meta(model, to_init, init_device)
     return model

@@ -12,18 +12,16 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 from torch.optim import Optimizer
 
-from phalanx.checkpoint_io import dcp
+from phalanx.checkpoint_io import dcp, full_state
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO, PathLike
 from phalanx.errors import MisconfigurationError
 from phalanx_strategy_fsdp import _checkpoint as ckpt
 from phalanx_strategy_fsdp._fsdp2 import FSDPModule
-from phalanx_strategy_fsdp._state import full_to_plain, optimizer_fqns, to_index_keys
 
 __all__ = ["FSDPCheckpointing"]
-
 
 
 class FSDPCheckpointing:
@@ -53,7 +51,7 @@ class FSDPCheckpointing:
         module = self.require_module()
         if self.state_dict_type == "sharded" or not isinstance(module, FSDPModule):
             return module.state_dict()
-        return full_to_plain(get_model_state_dict(module, options=ckpt.FULL))  # type: ignore[no-any-return]
+        return full_state.gather_model(module)
 
     def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
         """Name-keyed sharded state, or (full) position-keyed state gathered to rank 0 (collective)."""
@@ -62,8 +60,8 @@ class FSDPCheckpointing:
             return optimizer.state_dict()
         if self.state_dict_type == "sharded":
             return get_optimizer_state_dict(module, optimizer)
-        state = full_to_plain(get_optimizer_state_dict(module, optimizer, options=ckpt.FULL))
-        return to_index_keys(state, optimizer_fqns(module, optimizer)) if state else {}
+        state = full_state.gather_optimizer(module, optimizer)
+        return full_state.to_index_keys(state, full_state.optimizer_fqns(module, optimizer)) if state else {}
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], filepath: PathLike, storage_options: Any | None = None
@@ -90,7 +88,9 @@ class FSDPCheckpointing:
             )
         else:
             dcp.finish_saves(self.checkpoint_io)
-            ckpt.save_full(checkpoint, filepath, **common, is_global_zero=self.is_global_zero, barrier=self.barrier)
+            full_state.save_full(
+                checkpoint, filepath, **common, is_global_zero=self.is_global_zero, barrier=self.barrier
+            )
 
     def load_checkpoint(self, checkpoint_path: PathLike, *, weights_only: bool = True) -> dict[str, Any]:
         """Every rank reads, after setup. A sharded directory is read straight into state dicts shaped
@@ -120,7 +120,7 @@ class FSDPCheckpointing:
         if ckpt.holds_shards(state_dict):
             dcp.apply_model_state(module, state_dict, strict=strict)
         else:
-            ckpt.load_full_model(module, state_dict, source="checkpoint", strict=strict)
+            full_state.load_full_model(module, state_dict, source="checkpoint", strict=strict)
 
     def load_optimizer_state_dict(self, checkpoint: Mapping[str, Any]) -> None:
         """Load sharded optimizer states as they are, or full (position- or name-keyed) ones."""
@@ -130,4 +130,4 @@ class FSDPCheckpointing:
         if ckpt.holds_shards(states) or dcp.read_from_shards(checkpoint):
             dcp.apply_optimizer_states(module, self.optimizers, states)
         else:
-            ckpt.load_full_optimizers(module, self.optimizers, states, source="checkpoint")
+            full_state.load_full_optimizers(module, self.optimizers, states, source="checkpoint")

@@ -15,10 +15,9 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 from torch.optim import Optimizer
 
-from phalanx.checkpoint_io import dcp
+from phalanx.checkpoint_io import dcp, full_state
 from phalanx.checkpoint_io.checkpoint_io import CheckpointIO, PathLike
 from phalanx.errors import MisconfigurationError
-from phalanx_strategy_model_parallel import _consolidated as full_ckpt
 from phalanx_strategy_model_parallel._layout import CONTEXT_PARALLEL, DATA_PARALLEL, TENSOR_PARALLEL
 
 if TYPE_CHECKING:
@@ -101,15 +100,18 @@ class ModelParallelCheckpointing:
             return
         dcp.finish_saves(self.checkpoint_io)
         coords = layout.coordinates(self.global_rank)
-        full_ckpt.save_consolidated(
+        # One consolidated file: name-keyed optimizer state (a rank holds only its pipeline stage's
+        # parameters), each stage sent to rank 0 by its first replica.
+        full_state.save_full(
             checkpoint,
             filepath,
             model=module,
             optimizers=self.optimizers,
             checkpoint_io=self.checkpoint_io,
             is_global_zero=self.is_global_zero,
-            contributes=coords[DATA_PARALLEL] == 0 and coords[CONTEXT_PARALLEL] == 0 and coords[TENSOR_PARALLEL] == 0,
             barrier=self.barrier,
+            positional_optimizer_state=False,
+            stage_holder=coords[DATA_PARALLEL] == 0 and coords[CONTEXT_PARALLEL] == 0 and coords[TENSOR_PARALLEL] == 0,
         )
 
     def load_checkpoint(self, checkpoint_path: PathLike, *, weights_only: bool = True) -> dict[str, Any]:
@@ -145,14 +147,17 @@ class ModelParallelCheckpointing:
         if dcp.read_from_shards(checkpoint):
             dcp.apply_model_state(module, state, strict=strict and not self._partial)
         else:
-            full_ckpt.load_full_model(module, state, strict=strict, partial=self._partial)
+            full_state.load_full_model(module, state, source="checkpoint", strict=strict, partial=self._partial)
 
     def load_optimizer_state_dict(self, checkpoint: Mapping[str, Any]) -> None:
-        """Apply sharded optimizer states as read, or name-keyed full ones (consolidated files)."""
+        """Apply sharded optimizer states as read, or full ones (consolidated files; position-keyed
+        files of other strategies too, where this rank holds the whole model)."""
         dcp.require_entry(checkpoint, "optimizer_states", "optimizer state")
         states = checkpoint["optimizer_states"]
         module = self.require_module()
         if dcp.read_from_shards(checkpoint):
             dcp.apply_optimizer_states(module, self.optimizers, list(states))
             return
-        full_ckpt.load_full_optimizers(module, self.optimizers, list(states), source="checkpoint")
+        full_state.load_full_optimizers(
+            module, self.optimizers, list(states), source="checkpoint", partial=self._partial
+        )

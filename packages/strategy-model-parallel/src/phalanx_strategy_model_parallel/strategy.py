@@ -31,7 +31,7 @@ from phalanx.errors import MisconfigurationError
 from phalanx.precision.precision import Precision
 from phalanx.strategies.configuration import StrategyConfiguration
 from phalanx.strategies.parallel import ParallelStrategy, split_parallel_arguments
-from phalanx.strategies.sharded import ShardedParameters
+from phalanx.strategies.sharded import ShardedParameters, has_meta_tensors, materialize_meta, modules_needing_init
 from phalanx_strategy_model_parallel._block_options import apply_block_options, resolve_block_options
 from phalanx_strategy_model_parallel._checks import (
     check_configure_model,
@@ -48,7 +48,6 @@ from phalanx_strategy_model_parallel._layout import (
     check_size,
     resolve_layout,
 )
-from phalanx_strategy_model_parallel._materialize import has_meta_tensors, materialize
 from phalanx_strategy_model_parallel._pipeline import SCHEDULES
 from phalanx_strategy_model_parallel._pipeline_setup import PipelineSetup
 from phalanx_strategy_model_parallel._strategy_checkpointing import ModelParallelCheckpointing
@@ -298,7 +297,7 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ContextParallelSteps, Sh
             self._check_pipeline_trainer_settings(training)
             self._pipeline = PipelineSetup.split(self, module)
         if has_meta_tensors(module):
-            materialize(module, self.root_device)
+            materialize_meta(module, modules_needing_init(module), self.root_device)
         else:
             for tensor in (*module.parameters(), *module.buffers()):
                 if not isinstance(tensor, DTensor) and tensor.device != self.root_device:
