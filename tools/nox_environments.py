@@ -27,7 +27,7 @@ LIGHTNING = "lightning==2.6.6"
 #: Packages with heavy optional dependencies that must be installed after torch without isolation.
 NO_BUILD_ISOLATION = {"strategy-deepspeed": ["deepspeed>=0.14", "ninja"]}
 #: Optional dependencies a package's tests run for real, installed as the package's extra.
-EXTRAS = {"strategy-torchft": "torchft"}
+EXTRAS = {"strategy-torchft": "torchft", "launcher-ray": "ray"}
 #: The core's extras a package's tests need (fsdp's float8 tests run torchao for real).
 CORE_EXTRAS = {"strategy-fsdp": "float8"}
 

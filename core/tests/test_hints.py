@@ -26,6 +26,12 @@ from phalanx.errors import UnknownNameError
 from phalanx.registry import Registry
 
 PACKAGES = Path(__file__).resolve().parents[2] / "packages"
+#: Each packages/* folder by the distribution it builds (phalanx-strategy-ddp, phalanx-ray, ...).
+FOLDERS = {
+    tomllib.loads((p / "pyproject.toml").read_text())["project"]["name"]: p.name
+    for p in PACKAGES.iterdir()
+    if (p / "pyproject.toml").is_file()
+}
 
 
 def _registrations() -> list[tuple[str, str, str, str]]:
@@ -52,7 +58,7 @@ REGISTRATIONS = _registrations()
 def test_the_packages_register_what_this_test_expects() -> None:
     """Guards the probe itself: an empty scan would make the mapping test pass vacuously."""
     distributions = {distribution for distribution, *_ in REGISTRATIONS}
-    assert distributions == {f"phalanx-{p.name}" for p in PACKAGES.iterdir() if (p / "pyproject.toml").is_file()}
+    assert distributions == set(FOLDERS)
     names = {name for _, _, name, _ in REGISTRATIONS}
     assert {"ddp", "fsdp", "hsdp", "deepspeed_stage_3", "model_parallel", "xla_fsdp", "tpu"} <= names
 
@@ -60,11 +66,10 @@ def test_the_packages_register_what_this_test_expects() -> None:
 @pytest.mark.parametrize(("distribution", "hook", "name", "target"), REGISTRATIONS, ids=lambda v: str(v))
 def test_every_registered_name_hints_its_distribution(distribution: str, hook: str, name: str, target: str) -> None:
     assert providing_distribution(name) == distribution, f"{hook} registers {name!r}; add it to phalanx._hints"
-    folder = distribution.removeprefix("phalanx-")
+    folder = FOLDERS[distribution]
     assert (
         install_hint(distribution) == f"pip install {distribution} (from a checkout: pip install ./packages/{folder})"
     )
-    assert (PACKAGES / folder).is_dir()
 
 
 @pytest.mark.parametrize(

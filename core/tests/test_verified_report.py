@@ -32,6 +32,7 @@ MUST_SHIP = {
     "packages/strategy-fsdp": "phalanx_strategy_fsdp",
     "packages/strategy-model-parallel": "phalanx_strategy_model_parallel",
     "packages/strategy-torchft": "phalanx_strategy_torchft",
+    "packages/launcher-ray": "phalanx_ray",
     "packages/strategy-xla": "phalanx_strategy_xla",  # written in the xla session's torch (torch-xla pins it)
     "examples/vendor-strategy": "phalanx_local_sgd",
 }

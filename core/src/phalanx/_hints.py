@@ -36,6 +36,7 @@ _NAME_PREFIXES: dict[str, str] = {
     "single_xla": "phalanx-strategy-xla",
     "tpu": "phalanx-strategy-xla",
     "ft_": "phalanx-strategy-torchft",
+    "ray": "phalanx-ray",
 }
 
 _CLASS_NAMES: dict[str, str] = {
@@ -51,7 +52,11 @@ _CLASS_NAMES: dict[str, str] = {
     "XLACheckpointIO": "phalanx-strategy-xla",
     "FTDDPStrategy": "phalanx-strategy-torchft",
     "FTHSDPStrategy": "phalanx-strategy-torchft",
+    "RayEnvironment": "phalanx-ray",
+    "RayTrainReportCallback": "phalanx-ray",
 }
+#: The packages/ folder of a first-party distribution not named ``phalanx-<folder>``.
+_FOLDERS: dict[str, str] = {"phalanx-ray": "launcher-ray"}
 
 
 def providing_distribution(name: str) -> str | None:
@@ -66,7 +71,7 @@ def providing_distribution(name: str) -> str | None:
 
 def install_hint(distribution: str) -> str:
     """The command that installs a plugin distribution from this repository or an index."""
-    folder = distribution.removeprefix("phalanx-")
+    folder = _FOLDERS.get(distribution, distribution.removeprefix("phalanx-"))
     return f"pip install {distribution} (from a checkout: pip install ./packages/{folder})"
 
 
