@@ -83,10 +83,14 @@ def _session(*args: object, **kwargs: object):
     return decorate
 
 
-#: pytest-xdist on two workers, two tests at a time (a 2-rank job keeps about one core busy); a
-#: test marked ``timing`` runs with the machine to itself, and a module, or the tests sharing a
-#: job-running session fixture, stay on one worker (phalanx.testing.scheduling).
-XDIST = ["-n", "2", "--dist", "loadgroup", "-p", "phalanx.testing.scheduling"]
+#: pytest-xdist, WORKERS tests at a time (a 2-rank job keeps about one core busy); a test marked
+#: ``timing`` runs with the machine to itself, and a module, or the tests sharing a job-running
+#: session fixture, stay on one worker (phalanx.testing.scheduling).
+XDIST = ["--dist", "loadgroup", "-p", "phalanx.testing.scheduling"]
+WORKERS = 2
+#: Sessions whose tests mostly wait (torchft's quorums and heals keep about 1.2 cores busy with two
+#: workers): a third test at a time fills the idle core.
+MORE_WORKERS = {"tests-strategy-torchft": 3}
 #: Per session, each test's seconds in the last ``nox -s test-times`` run (written there through
 #: RECORD_DURATIONS): the scheduler starts the longest units of work first.
 DURATIONS_DIR = ROOT / "tools" / "test-durations"
@@ -104,7 +108,9 @@ def _pytest(
     # --durations: the slowest tests in every CI log, where trimming the suite starts
     JUNIT_DIR.mkdir(parents=True, exist_ok=True)
     junit = f"--junitxml={JUNIT_DIR / (session.name + '.xml')}"
-    xdist = [*XDIST, f"--phalanx-durations={DURATIONS_DIR / (session.name + '.json')}"] if workers else []
+    workers_here = str(MORE_WORKERS.get(session.name, WORKERS))
+    durations = f"--phalanx-durations={DURATIONS_DIR / (session.name + '.json')}"
+    xdist = ["-n", workers_here, *XDIST, durations] if workers else []
     if workers and os.environ.get(RECORD_DURATIONS) == "1":
         xdist.append("--phalanx-record-durations")
     session.run(

@@ -1,11 +1,12 @@
 """The float8 estimate against the peak two real ranks reach under ``precision="float8"``.
 
-``phalanx.testing.memory_probe`` trains its BlockNet (4 MLP blocks of width 128 over 64-token
+``phalanx.testing.memory_probe`` trains its BlockNet (4 MLP blocks of width 128 over 32-token
 sequences, AdamW) under fsdp for two steps, in float32 and with ``precision="float8"`` (torchao's
 Float8Linear; FSDP2 all-gathers the Linear weights as float8), inside torch's memory tracker. The
 estimate counts the gathered Linear weights at one byte each instead of four: that is the whole
 difference between the two estimates, and it must hold to the measured peak within 10 % (measured:
-11.71 MB against 11.71 MB estimated; float32 13.28 MB estimated).
+float8 8.76 MB tracked against 9.28 MB estimated, float32 11.19 MB against 10.85 MB; with 64-token
+sequences both hold within 2 %, but torch's float8 matmul on CPU makes that run take twice as long).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 
 from phalanx.testing.memory import measure, planned
 
-WIDTH = "b128"
+WIDTH = "b128t32"
 TOLERANCE = 0.10
 pytestmark = pytest.mark.timeout(420)
 

@@ -46,20 +46,28 @@ import phalanx
 from phalanx.callbacks import Callback
 
 
+def _blocks(width: int | str) -> tuple[int, int] | None:
+    """(features, tokens) of a BlockNet spec: ``"b256"`` (64-token sequences) or ``"b256t16"``
+    (16 tokens: the same model, a quarter of the activations and of the matmul time); None for
+    MeasuredNet's plain width."""
+    if not (isinstance(width, str) and width.startswith("b")):
+        return None
+    features, _, tokens = width[1:].partition("t")
+    return int(features), int(tokens) if tokens else BlockNet.tokens
+
+
 def build(width: int | str) -> nn.Module:
-    """The measured model for a width spec (``512``: MeasuredNet, ``"b256"``: BlockNet); also what
-    the estimates plan on the meta device."""
-    if isinstance(width, str) and width.startswith("b"):
-        return BlockNet(int(width[1:]))
-    return MeasuredNet(int(width))
+    """The measured model for a width spec (``512``: MeasuredNet, ``"b256"`` or ``"b256t16"``:
+    BlockNet); also what the estimates plan on the meta device."""
+    blocks = _blocks(width)
+    return BlockNet(blocks[0]) if blocks else MeasuredNet(int(width))
 
 
 def input_shape(width: int | str) -> tuple[int, ...] | None:
     """One rank's micro-batch shape for a width spec; None for MeasuredNet (its activations are
     a few KB: the estimates leave them out)."""
-    if isinstance(width, str) and width.startswith("b"):
-        return (BATCH, BlockNet.tokens, int(width[1:]))
-    return None
+    blocks = _blocks(width)
+    return (BATCH, blocks[1], blocks[0]) if blocks else None
 
 
 BATCH = 4
