@@ -205,7 +205,11 @@ def lightning(session: nox.Session) -> None:
     env = ENVIRONMENTS["lightning"]
     env.ready(session)
     _pytest(
-        session, "tests/lightning/test_under_lightning.py", env={"PHALANX_REQUIRE_LIGHTNING": "1"}, python=env.python
+        session,
+        "tests/lightning/test_under_lightning.py",
+        env={"PHALANX_REQUIRE_LIGHTNING": "1"},
+        python=env.python,
+        workers=True,
     )
     env.run(session, "python", "tools/lightning_surface.py")
     env.run(session, "python", "tools/lightning_suite.py", "gate", "--if-found", "--min", str(LIGHTNING_SUITE_MIN),
