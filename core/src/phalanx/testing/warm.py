@@ -57,10 +57,11 @@ COLD_VARIABLES = (
     "TORCH_LOGS",
     "COVERAGE_PROCESS_START",
 )
-#: What the parent imports before it forks anything. torch._dynamo (1.5 s of one core) is what
-#: building any torch optimizer imports (torch.optim's steps are wrapped to keep dynamo out): every
-#: training job pays it, so the parent pays it once.
-PRELOAD = ("torch", "torch.distributed", "torch.nn", "torch.optim", "torch.utils.data", "torch._dynamo")
+#: What the parent imports before it forks anything. Not torch._dynamo, although building any torch
+#: optimizer imports it (1.5 s of one core per job): two plain torch DDP ranks forked after it was
+#: imported hung in their first collective (fsdp's reference run), while imported after the fork
+#: it is harmless.
+PRELOAD = ("torch", "torch.distributed", "torch.nn", "torch.optim", "torch.utils.data")
 #: Set to "0" to start every job cold.
 SWITCH = "PHALANX_TEST_WARM"
 
