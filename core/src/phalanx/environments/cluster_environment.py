@@ -81,5 +81,15 @@ class ClusterEnvironment(ABC):
     def teardown(self) -> None:  # noqa: B027 - optional hook
         """Forget per-run state at the end of a run. No-op by default."""
 
+    def last_checkpoint(self) -> str | None:
+        """A checkpoint of this run that the scheduler keeps outside the Trainer's directories (Ray
+        Train's latest reported one, which a restarted worker on another node has no local copy of).
+
+        ``ckpt_path="last"`` weighs it with the checkpoints in the Trainer's own directories (the
+        newest wins), so a job restarted by its scheduler resumes with no change to the script.
+        None by default: nothing kept elsewhere.
+        """
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

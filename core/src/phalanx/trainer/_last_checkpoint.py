@@ -120,13 +120,34 @@ def _remote_candidates(directory: str) -> list[tuple[tuple[float, bool], str]]:
     return found
 
 
+def _kept_by_scheduler(trainer: TrainerView) -> list[tuple[tuple[float, bool], str]]:
+    """The checkpoint the cluster environment says its scheduler keeps for this run
+    (:meth:`~phalanx.environments.cluster_environment.ClusterEnvironment.last_checkpoint`), if any.
+
+    A local one is timed like the others; a remote one counts as the oldest candidate (a store's
+    times do not compare with local ones), so it is chosen where nothing local exists: a restart
+    on a node that never saw the run.
+    """
+    environment = getattr(trainer.strategy, "cluster_environment", None)  # parallel strategies have one
+    kept = environment.last_checkpoint() if environment is not None else None
+    if not kept:
+        return []
+    if is_remote(kept):
+        return [((0.0, False), kept)]
+    path = Path(kept)
+    if not _is_complete(path):
+        return []
+    return [((float(path.stat().st_mtime_ns), False), kept)]
+
+
 def find_last_checkpoint(trainer: TrainerView) -> str | None:
-    """The most recently written complete ``*.ckpt`` in the checkpoint directories this Trainer uses.
+    """The most recently written complete ``*.ckpt`` in the checkpoint directories this Trainer uses,
+    or the checkpoint the job's scheduler keeps for it (:func:`_kept_by_scheduler`) where that is newer.
 
     Remote directories count only once committed; on a store whose times have one-second
     resolution, ``last*`` wins a tie (it is written after the top-k file of the same save).
     """
-    candidates = []
+    candidates = _kept_by_scheduler(trainer)
     for directory in _default_dirs(trainer):
         candidates.extend(_remote_candidates(directory) if is_remote(directory) else _local_candidates(directory))
     if not candidates:

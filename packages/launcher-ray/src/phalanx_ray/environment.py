@@ -76,6 +76,13 @@ class RayEnvironment(LaunchedEnvironment):
             raise MisconfigurationError(msg)
         return value
 
+    def last_checkpoint(self) -> str | None:
+        """Ray Train's latest reported checkpoint (after a restart, or when a run is resumed by
+        name), so ``fit(ckpt_path="last")`` resumes from it with no Ray-specific line in the script."""
+        from phalanx_ray.checkpoints import latest_checkpoint
+
+        return latest_checkpoint()
+
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         """Fail at ``Trainer(...)`` when ``devices * num_nodes`` is not the number of Ray Train workers.
 
