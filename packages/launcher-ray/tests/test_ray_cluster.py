@@ -149,6 +149,9 @@ def test_worker_killed_mid_fit_restarts_and_ends_with_the_uninterrupted_weights(
     # Ray registers a report when its controller collects it: step 6's, made just before the kill,
     # may still have been on its way, and then the restart resumes from step 4's.
     assert torch.load(resumed, weights_only=True)["global_step"] in (4, 6)
+    # ckpt_path="last" in a hand-written training function sees the same checkpoint: RayEnvironment
+    # answers Ray's latest report (nothing on the first attempt).
+    assert (tmp_path / "kept_rank1.txt").read_text().splitlines() == ["None", second]
     final = torch.load(tmp_path / "final.pt")
     _assert_same(final, torch.load(reference / "torchrun_ddp.pt"))
     result = json.loads((tmp_path / "result.json").read_text())

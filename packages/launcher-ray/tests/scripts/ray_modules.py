@@ -64,6 +64,9 @@ class Journal(Callback):
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         with open(self.folder / f"starts_rank{trainer.global_rank}.txt", "a") as log:
             log.write(f"{trainer.ckpt_path}\n")
+        # What ckpt_path="last" weighs besides the Trainer's own directories (RayEnvironment's answer).
+        with open(self.folder / f"kept_rank{trainer.global_rank}.txt", "a") as log:
+            log.write(f"{trainer.strategy.cluster_environment.last_checkpoint()}\n")
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         state = full_state(pl_module.layers)
