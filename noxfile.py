@@ -39,10 +39,14 @@ DISABLE = "PHALANX_DISABLE_PLUGINS"
 
 nox.options.default_venv_backend = "virtualenv"
 nox.options.error_on_missing_interpreters = True
+#: Packages whose tests run in an environment of their own (made in the background), not the shared
+#: one; their sessions come after the others', when the environment is ready.
+OWN_ENVIRONMENT = {"launcher-ray": "ray"}
 nox.options.sessions = [
     "environments",
     "tests-core",
-    *[f"tests-{p}" for p in PACKAGES],
+    *[f"tests-{p}" for p in PACKAGES if p not in OWN_ENVIRONMENT],
+    *[f"tests-{p}" for p in PACKAGES if p in OWN_ENVIRONMENT],
     "integration",
     "xla",
     "lightning",
@@ -121,7 +125,7 @@ def _pytest(
 
 @_session(venv_backend="none")
 def environments(session: nox.Session) -> None:
-    """Start making the xla, lightning, lint and docs environments in the background (first in the default run).
+    """Start making the xla, ray, lightning, lint and docs environments in the background (first in the default run).
 
     They are ready, or nearly, by the time their sessions come: the minutes of installing
     torch-xla's torch, Lightning and the linters overlap the tests instead of adding to them.
@@ -156,7 +160,19 @@ def _package_session(name: str) -> None:
 
 
 for _name in PACKAGES:
-    _package_session(_name)
+    if _name not in OWN_ENVIRONMENT:
+        _package_session(_name)
+
+
+@_session(name="tests-launcher-ray", venv_backend="none")
+def tests_launcher_ray(session: nox.Session) -> None:
+    """packages/launcher-ray on a real local Ray cluster, in a venv of its own made in the background
+    (Ray Train's install is large: it stays off the shared environment's critical path): the core,
+    the package with ray[train], and the strategies its runs train under (ddp, fsdp, local_sgd)."""
+    prepare(session)
+    env = ENVIRONMENTS[OWN_ENVIRONMENT["launcher-ray"]]
+    env.ready(session)
+    _pytest(session, "packages/launcher-ray/tests", python=env.python, workers=True)
 
 
 @_session(venv_backend="none")

@@ -3,7 +3,7 @@
 noxfile.py says which sessions run and what they run; this module makes the environments they run
 in: the pinned versions, one shared install of torch, this run's wheels of every local
 distribution (built once), the venv the core's, the packages' and the integration tests share, and
-the xla, lightning, lint and docs venvs, made on a background thread while the tests run.
+the xla, ray, lightning, lint and docs venvs, made on a background thread while the tests run.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ LIGHTNING = "lightning==2.6.6"
 #: Packages with heavy optional dependencies that must be installed after torch without isolation.
 NO_BUILD_ISOLATION = {"strategy-deepspeed": ["deepspeed>=0.14", "ninja"]}
 #: Optional dependencies a package's tests run for real, installed as the package's extra.
-EXTRAS = {"strategy-torchft": "torchft", "launcher-ray": "ray"}
+EXTRAS = {"strategy-torchft": "torchft"}
 #: The core's extras a package's tests need (fsdp's float8 tests run torchao for real).
 CORE_EXTRAS = {"strategy-fsdp": "float8"}
 
@@ -185,7 +185,7 @@ def shared_env(session: nox.Session, *, plugins: bool) -> str:
     return python
 
 
-# --- the environments of xla, lightning, lint and docs: made while the tests run ---------------
+# --- the environments of xla, ray, lightning, lint and docs: made while the tests run ----------
 
 
 class Environment:
@@ -258,6 +258,18 @@ def _xla_steps(python: str) -> list[list[str]]:
     ]
 
 
+def _ray_steps(python: str) -> list[list[str]]:
+    """packages/launcher-ray's tests: Ray Train (a large install: ray, pyarrow, pandas) with the core
+    and the strategies its runs train under (ddp, fsdp, the example vendor's local_sgd)."""
+    pip = [python, "-m", "pip", "install", "--quiet"]
+    local = [_WHEELS[name] for name in ("core", "strategy-ddp", "strategy-fsdp", "vendor-strategy", "launcher-ray")]
+    return [
+        [python, "-c", _ADD_TO_PATH, str(_TORCH_FOLDER[TORCH])],
+        [*pip, *local[:-1], f"{_WHEELS['launcher-ray']}[ray]", *TEST_DEPS, "pytest-xdist>=3"],
+        [*pip, "--no-deps", "--force-reinstall", *local],
+    ]
+
+
 def _lightning_steps(python: str) -> list[list[str]]:
     pip = [python, "-m", "pip", "install", "--quiet"]
     plugins = [
@@ -289,6 +301,7 @@ ENVIRONMENTS = {
     name: Environment(name, steps)
     for name, steps in (
         ("xla", _xla_steps),
+        ("ray", _ray_steps),
         ("lightning", _lightning_steps),
         ("lint", _lint_steps),
         ("docs", _docs_steps),
