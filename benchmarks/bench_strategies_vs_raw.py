@@ -1,0 +1,526 @@
+"""Every distributed strategy against the same training written by hand in plain PyTorch: step time.
+
+Run:  python benchmarks/bench_strategies_vs_raw.py [--rows fsdp tp ...] [--steps 30 --blocks 4] [--quick]
+
+Each row trains one model two ways on 2 CPU ranks (gloo, OMP_NUM_THREADS=1): the *raw* loop a user
+writes with torch (or deepspeed, or torchft) alone, and ``phalanx.Trainer`` with the strategy. Both
+run in the same worker processes, in alternating blocks (raw, phalanx, phalanx, raw, ...), so load
+from other programs hits both alike. A block is a fresh model trained for ``--steps`` steps; its step
+time is the median interval between step starts after ``_WARMUP`` steps. Reported per row: the
+median over blocks of each side, the ratio phalanx / raw per block pair and its median (target
+<= 1.02), and the load average when the row ran.
+
+Rows (one ``raw_*`` and one ``phalanx_*`` function each, side by side below):
+
+* ``fsdp``: ``fully_shard`` on every block and the root, by hand.
+* ``deepspeed_zero2`` / ``deepspeed_zero3``: ``deepspeed.initialize`` with the same config dict
+  (DeepSpeed on CPU: ``DS_ACCELERATOR=cpu``).
+* ``tp``: ``parallelize_module`` with a column/row-wise plan over 2 ranks, by hand.
+* ``pp``: ``PipelineStage`` + ``Schedule1F1B`` over 2 stages, 4 microbatches, by hand.
+* ``cp``: context parallel over 2 ranks. torch's ``context_parallel()`` fails on CPU in torch 2.13
+  (no sharding strategy for the CPU flash-attention kernels), which is why phalanx does not use it;
+  the raw loop does what phalanx does, by hand: each rank keeps two chunks of every sequence, the
+  attention all-gathers keys and values (autograd-aware), FSDP averages the gradients.
+* ``ft_ddp``: a torchft ``Manager`` with torchft's ``DistributedDataParallel`` and
+  ``OptimizerWrapper``, by hand: 2 replica groups of 1 rank, each its own process, joined by a
+  lighthouse the harness starts (the cluster layout: ``PHALANX_FT_REPLICA_GROUP``).
+
+The pieces are small on purpose: each raw loop is the whole of what the user would write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from _bench import Row, child_env, finish, spread
+from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+import phalanx
+
+__all__ = ["ROWS", "main"]
+
+_WARMUP = 5
+WIDTH, DEPTH, BATCH, LR = 256, 4, 32, 1e-3
+#: context parallel: sequence length, model width, heads (a few ms of attention per step)
+SEQ, DIM, HEADS = 256, 64, 4
+MICROBATCHES = 4
+
+
+# ---------------------------------------------------------------- models and data (both sides)
+class Block(nn.Module):
+    """A residual MLP block: ``up`` splits by columns and ``down`` by rows under tensor parallel."""
+
+    def __init__(self, width: int = WIDTH) -> None:
+        super().__init__()
+        self.up = nn.Linear(width, 2 * width)
+        self.down = nn.Linear(2 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(torch.tanh(self.up(x)))
+
+
+def mlp() -> nn.Sequential:
+    """``DEPTH`` blocks and a linear head; the same initial weights on every rank and side."""
+    torch.manual_seed(0)
+    return nn.Sequential(*(Block() for _ in range(DEPTH)), nn.Linear(WIDTH, 1))
+
+
+def tp_plan() -> dict[str, Any]:
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    return {f"{i}.up": ColwiseParallel() for i in range(DEPTH)} | {f"{i}.down": RowwiseParallel() for i in range(DEPTH)}
+
+
+def pp_stages(net: nn.Sequential) -> list[nn.Module]:
+    """Two stages: the first half of the blocks, then the rest with the head."""
+    half = DEPTH // 2
+    return [nn.Sequential(*net[:half]), nn.Sequential(*net[half:])]
+
+
+class AttentionBlock(nn.Module):
+    """Self-attention (not causal) + MLP. ``cp_group``: the raw context-parallel loop's gather."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(DIM, 3 * DIM)
+        self.out = nn.Linear(DIM, DIM)
+        self.up = nn.Linear(DIM, 4 * DIM)
+        self.down = nn.Linear(4 * DIM, DIM)
+        self.cp_group: dist.ProcessGroup | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        q, k, v = self.qkv(x).view(batch, seq, 3, HEADS, DIM // HEADS).permute(2, 0, 3, 1, 4)
+        if self.cp_group is not None:  # raw context parallel: attend over every rank's keys and values
+            from torch.distributed._functional_collectives import all_gather_single_autograd
+
+            k = all_gather_single_autograd(k.contiguous(), 2, self.cp_group)
+            v = all_gather_single_autograd(v.contiguous(), 2, self.cp_group)
+        a = F.scaled_dot_product_attention(q, k, v)
+        x = x + self.out(a.transpose(1, 2).reshape(batch, seq, DIM))
+        return x + self.down(F.gelu(self.up(x)))
+
+
+def attention_net() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(AttentionBlock(), AttentionBlock(), nn.Linear(DIM, DIM))
+
+
+def mlp_data(steps: int, replicas: int) -> TensorDataset:
+    """``steps`` batches of ``BATCH`` for each of ``replicas`` data-parallel ranks."""
+    g = torch.Generator().manual_seed(0)
+    n = BATCH * steps * replicas
+    return TensorDataset(torch.randn(n, WIDTH, generator=g), torch.randn(n, 1, generator=g))
+
+
+def sequence_data(steps: int) -> TensorDataset:
+    g = torch.Generator().manual_seed(0)
+    n = 4 * steps
+    return TensorDataset(torch.randn(n, SEQ, DIM, generator=g), torch.randn(n, SEQ, DIM, generator=g))
+
+
+def sharded_loader(data: TensorDataset) -> DataLoader:
+    """What a raw data-parallel loop reads: this rank's share, as phalanx's sampler gives it."""
+    return DataLoader(data, batch_size=BATCH, sampler=DistributedSampler(data, shuffle=False))
+
+
+def now() -> float:
+    return time.perf_counter()
+
+
+# ---------------------------------------------------------------- phalanx's side: one Module, one fit
+class Timed(phalanx.Module):
+    """Stamps each training step's start; MSE on ``self.net``; Adam, as the raw loops."""
+
+    def __init__(self, net: nn.Module | None = None) -> None:
+        super().__init__()
+        if net is not None:
+            self.net = net
+        self.stamps: list[float] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.stamps.append(now())
+        x, y = batch
+        return F.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=LR)
+
+
+def fit(module: Timed, strategy: Any, data: TensorDataset, *, batch_size: int = BATCH, devices: int = 2) -> list[float]:
+    """``Trainer.fit`` with everything beside the loop switched off; returns the step stamps."""
+    trainer = phalanx.Trainer(
+        accelerator="cpu", devices=devices, strategy=strategy, max_epochs=1, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(module, DataLoader(data, batch_size=batch_size, shuffle=False))
+    return module.stamps
+
+
+# ---------------------------------------------------------------- fsdp
+def raw_fsdp(steps: int) -> list[float]:
+    from torch.distributed.fsdp import fully_shard
+
+    net = mlp()
+    for block in net[:DEPTH]:
+        fully_shard(block)
+    fully_shard(net)
+    optimizer = torch.optim.Adam(net.parameters(), lr=LR)
+    stamps = []
+    for x, y in sharded_loader(mlp_data(steps, 2)):
+        stamps.append(now())
+        optimizer.zero_grad()
+        F.mse_loss(net(x), y).backward()
+        optimizer.step()
+    return stamps
+
+
+def phalanx_fsdp(steps: int) -> list[float]:
+    from phalanx_strategy_fsdp import FSDPStrategy
+
+    return fit(Timed(mlp()), FSDPStrategy(auto_wrap_policy={Block}), mlp_data(steps, 2))
+
+
+# ---------------------------------------------------------------- deepspeed ZeRO-2 / ZeRO-3
+def ds_config(stage: int) -> dict[str, Any]:
+    """The one config both sides use (phalanx adds nothing: batch size and accumulation are set)."""
+    return {
+        "zero_optimization": {"stage": stage},
+        "train_micro_batch_size_per_gpu": BATCH,
+        "gradient_accumulation_steps": 1,
+        "zero_allow_untested_optimizer": True,
+    }
+
+
+def raw_deepspeed(stage: int, steps: int) -> list[float]:
+    import deepspeed
+
+    deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False, verbose=False)  # joins the group
+    net = mlp()
+    optimizer = torch.optim.Adam(net.parameters(), lr=LR)
+    engine, _, _, _ = deepspeed.initialize(
+        model=net, optimizer=optimizer, config=ds_config(stage), dist_init_required=False
+    )
+    stamps = []
+    for x, y in sharded_loader(mlp_data(steps, 2)):
+        stamps.append(now())
+        engine.backward(F.mse_loss(engine(x), y))
+        engine.step()
+    return stamps
+
+
+def phalanx_deepspeed(stage: int, steps: int) -> list[float]:
+    from phalanx_strategy_deepspeed import DeepSpeedStrategy
+
+    return fit(Timed(mlp()), DeepSpeedStrategy(config=ds_config(stage)), mlp_data(steps, 2))
+
+
+# ---------------------------------------------------------------- tensor parallel
+def raw_tp(steps: int) -> list[float]:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    net = parallelize_module(mlp(), init_device_mesh("cpu", (2,)), tp_plan())
+    optimizer = torch.optim.Adam(net.parameters(), lr=LR)
+    stamps = []
+    for x, y in DataLoader(mlp_data(steps, 1), batch_size=BATCH):  # both ranks read the same batch
+        stamps.append(now())
+        optimizer.zero_grad()
+        F.mse_loss(net(x), y).backward()
+        optimizer.step()
+    return stamps
+
+
+class TensorParallelMLP(Timed):
+    def configure_model(self) -> None:
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        self.net = parallelize_module(mlp(), self.device_mesh["tensor_parallel"], tp_plan())
+
+
+def phalanx_tp(steps: int) -> list[float]:
+    from phalanx_strategy_model_parallel import ModelParallelStrategy
+
+    strategy = ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=2)
+    return fit(TensorParallelMLP(), strategy, mlp_data(steps, 1))
+
+
+# ---------------------------------------------------------------- pipeline parallel
+def raw_pp(steps: int) -> list[float]:
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    rank = dist.get_rank()
+    stage_module = pp_stages(mlp())[rank]
+    stage = PipelineStage(stage_module, rank, 2, torch.device("cpu"))
+    schedule = Schedule1F1B(stage, MICROBATCHES, loss_fn=F.mse_loss)
+    optimizer = torch.optim.Adam(stage_module.parameters(), lr=LR)
+    stamps = []
+    for x, y in DataLoader(mlp_data(steps, 1), batch_size=BATCH):  # both stages read the same batch
+        stamps.append(now())
+        optimizer.zero_grad()
+        if rank == 0:
+            schedule.step(x)
+        else:
+            schedule.step(target=y)
+        optimizer.step()
+    return stamps
+
+
+class PipelinedMLP(Timed):
+    def configure_model(self) -> None:
+        self.net = mlp()
+
+    def pipeline_stages(self) -> list[nn.Module]:
+        return pp_stages(self.net)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.stamps.append(now())
+        x, y = batch
+        return self.trainer.strategy.run_pipeline(x, target=y, loss_fn=F.mse_loss)
+
+
+def phalanx_pp(steps: int) -> list[float]:
+    from phalanx_strategy_model_parallel import ModelParallelStrategy
+
+    strategy = ModelParallelStrategy(
+        data_parallel_size=1, tensor_parallel_size=1, pipeline_parallel_size=2, pipeline_schedule="1f1b",
+        num_microbatches=MICROBATCHES,
+    )  # fmt: skip
+    return fit(PipelinedMLP(), strategy, mlp_data(steps, 1))
+
+
+# ---------------------------------------------------------------- context parallel
+def raw_cp(steps: int) -> list[float]:
+    from torch.distributed.fsdp import fully_shard
+
+    rank, size = dist.get_rank(), 2
+    net = attention_net()
+    for block in net[:2]:
+        block.cp_group = dist.group.WORLD
+    fully_shard(net)  # the ranks see different tokens of the same sequences: average their gradients
+    optimizer = torch.optim.Adam(net.parameters(), lr=LR)
+    stamps = []
+    for x, y in DataLoader(sequence_data(steps), batch_size=4):  # both ranks read the same sequences
+        stamps.append(now())
+        chunks_x, chunks_y = x.chunk(2 * size, dim=1), y.chunk(2 * size, dim=1)  # keep chunks i and 2*size-1-i
+        x = torch.cat([chunks_x[rank], chunks_x[2 * size - 1 - rank]], dim=1)
+        y = torch.cat([chunks_y[rank], chunks_y[2 * size - 1 - rank]], dim=1)
+        optimizer.zero_grad()
+        F.mse_loss(net(x), y).backward()
+        optimizer.step()
+    return stamps
+
+
+class ContextParallelNet(Timed):
+    def configure_model(self) -> None:
+        from torch.distributed.fsdp import fully_shard
+
+        self.net = attention_net()
+        fully_shard(self.net, mesh=self.trainer.strategy.fsdp_mesh)
+
+
+def phalanx_cp(steps: int) -> list[float]:
+    from phalanx_strategy_model_parallel import ModelParallelStrategy
+
+    strategy = ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=1, context_parallel_size=2)
+    return fit(ContextParallelNet(), strategy, sequence_data(steps), batch_size=4)
+
+
+# ---------------------------------------------------------------- expert parallel
+# (model_parallel's expert_parallel_size: a row goes here, raw_ep / phalanx_ep, once it exists)
+
+
+# ---------------------------------------------------------------- ft_ddp (torchft), one process per group
+def raw_ft_ddp(steps: int) -> list[float]:
+    from datetime import timedelta
+
+    from torchft import Manager
+    from torchft.ddp import DistributedDataParallel
+    from torchft.optim import OptimizerWrapper
+    from torchft.process_group import ProcessGroupGloo
+
+    group = int(os.environ["PHALANX_FT_REPLICA_GROUP"])
+    net = mlp()
+    optimizer = torch.optim.Adam(net.parameters(), lr=LR)
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    manager = Manager(
+        pg=ProcessGroupGloo(timeout=timedelta(seconds=30)),
+        load_state_dict=lambda state: (net.load_state_dict(state["model"]), optimizer.load_state_dict(state["optim"])),
+        state_dict=lambda: {"model": net.state_dict(), "optim": optimizer.state_dict()},
+        min_replica_size=1, use_async_quorum=False, timeout=timedelta(seconds=30),
+        rank=0, world_size=1, store_addr="127.0.0.1", store_port=store.port,
+        lighthouse_addr=os.environ["TORCHFT_LIGHTHOUSE"], replica_id=f"raw_group_{group}",
+    )  # fmt: skip
+    model = DistributedDataParallel(manager, net)
+    ft_optimizer = OptimizerWrapper(manager, optimizer)
+    data = mlp_data(steps, 2)
+    loader = DataLoader(data, batch_size=BATCH, sampler=DistributedSampler(data, 2, group, shuffle=False))
+    stamps = []
+    for x, y in loader:
+        stamps.append(now())
+        ft_optimizer.zero_grad()  # starts the quorum
+        F.mse_loss(model(x), y).backward()  # gradients averaged across the groups in the quorum
+        ft_optimizer.step()  # steps only if every rank agrees the step commits
+    manager.shutdown(wait=False)
+    return stamps
+
+
+def phalanx_ft_ddp(steps: int) -> list[float]:
+    from phalanx_strategy_torchft import FTDDPStrategy
+
+    strategy = FTDDPStrategy(replica_groups=2, timeout=30, quorum_timeout=60)
+    return fit(Timed(mlp()), strategy, mlp_data(steps, 2), devices=1)
+
+
+# ---------------------------------------------------------------- ft_diloco (torchft)
+# (strategy-torchft's ft_diloco: a row goes here, raw_ft_diloco / phalanx_ft_diloco, once it exists)
+
+
+#: row -> (raw loop, phalanx fit, how the worker processes are started: "torchrun" or "ft_groups")
+ROWS: dict[str, tuple[Callable[[int], list[float]], Callable[[int], list[float]], str]] = {
+    "fsdp": (raw_fsdp, phalanx_fsdp, "torchrun"),
+    "deepspeed_zero2": (lambda s: raw_deepspeed(2, s), lambda s: phalanx_deepspeed(2, s), "torchrun"),
+    "deepspeed_zero3": (lambda s: raw_deepspeed(3, s), lambda s: phalanx_deepspeed(3, s), "torchrun"),
+    "tp": (raw_tp, phalanx_tp, "torchrun"),
+    "pp": (raw_pp, phalanx_pp, "torchrun"),
+    "cp": (raw_cp, phalanx_cp, "torchrun"),
+    "ft_ddp": (raw_ft_ddp, phalanx_ft_ddp, "ft_groups"),
+}
+DESCRIPTIONS = {
+    "fsdp": "fsdp / fully_shard by hand",
+    "deepspeed_zero2": "deepspeed ZeRO-2 / deepspeed.initialize",
+    "deepspeed_zero3": "deepspeed ZeRO-3 / deepspeed.initialize",
+    "tp": "model_parallel tp=2 / parallelize_module",
+    "pp": "model_parallel pp=2 1F1B / PipelineStage+Schedule1F1B",
+    "cp": "model_parallel cp=2 / all-gather attention by hand",
+    "ft_ddp": "ft_ddp 2 groups / torchft Manager+DDP",
+}
+
+
+# ---------------------------------------------------------------- the worker: alternating blocks
+def run_worker(row: str, steps: int, blocks: int, out: str) -> None:
+    """Alternate raw and phalanx blocks (raw first in even blocks, phalanx first in odd ones)."""
+    raw, ours, _ = ROWS[row]
+    if not dist.is_initialized() and ROWS[row][2] == "torchrun":
+        dist.init_process_group("gloo")  # phalanx's fits reuse this group, as in a torchrun script
+    result: dict[str, list[list[float]]] = {"raw": [], "phalanx": []}
+    for block in range(blocks):
+        order = (("raw", raw), ("phalanx", ours)) if block % 2 == 0 else (("phalanx", ours), ("raw", raw))
+        for side, run in order:
+            result[side].append(run(steps))
+    rank = dist.get_rank() if ROWS[row][2] == "torchrun" else int(os.environ["PHALANX_FT_REPLICA_GROUP"])
+    if rank == 0:
+        Path(out, f"{row}.json").write_text(json.dumps(result))
+
+
+def _exit_now() -> None:
+    """Leave without interpreter shutdown once results are written (a gloo thread may abort it: docs/ddp.md)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+# ---------------------------------------------------------------- the harness
+def _launch(row: str, args: argparse.Namespace, out: str) -> None:
+    me = os.path.abspath(__file__)
+    worker = [me, "--role", "worker", "--rows", row, "--out", out, "--steps", str(args.steps), "--blocks", str(args.blocks)]  # fmt: skip
+    env = child_env(DS_ACCELERATOR="cpu", RUST_LOG="error")
+    if ROWS[row][2] == "torchrun":
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", *worker]
+        _check(subprocess.run(command, env=env, capture_output=True, text=True, timeout=900), row)
+        return
+    lighthouse = subprocess.Popen(
+        [sys.executable, "-m", "phalanx_strategy_torchft.lighthouse", "--bind", "127.0.0.1:0", "--min-replicas", "2",
+         "--join-timeout-ms", "1000", "--heartbeat-timeout-ms", "1000"],
+        stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert lighthouse.stdout is not None
+        address = lighthouse.stdout.readline().strip()
+        groups = [
+            subprocess.Popen(
+                [sys.executable, *worker],
+                env={**env, "PHALANX_FT_REPLICA_GROUP": str(g), "TORCHFT_LIGHTHOUSE": address},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for g in (0, 1)
+        ]
+        for g in groups:
+            output, _ = g.communicate(timeout=900)
+            _check(subprocess.CompletedProcess(g.args, g.returncode, output, ""), row)
+    finally:
+        lighthouse.terminate()
+        lighthouse.wait(30)
+
+
+def _check(result: subprocess.CompletedProcess[str], row: str) -> None:
+    if result.returncode != 0:
+        sys.stderr.write(result.stdout[-4000:] + result.stderr[-4000:])
+        msg = f"row {row}: the workers exited with {result.returncode}"
+        raise SystemExit(msg)
+
+
+def _block_ms(stamps: list[float]) -> float:
+    """Median interval between step starts after the warm-up, in ms."""
+    kept = stamps[_WARMUP:]
+    return 1000 * statistics.median(b - a for a, b in itertools.pairwise(kept))
+
+
+def main() -> int:
+    """Workers run their blocks; the harness launches each row, prints it and the target rows."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
+    parser.add_argument("--steps", type=int, default=30, help="steps per block (the first few are warm-up)")
+    parser.add_argument("--blocks", type=int, default=4, help="blocks per side (medians are reported)")
+    parser.add_argument("--quick", action="store_true", help="one short block per side: proves it runs")
+    parser.add_argument("--role", choices=("worker",), help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role == "worker":
+        for row in args.rows:
+            run_worker(row, args.steps, args.blocks, args.out)
+        _exit_now()
+    if args.quick:
+        args.steps, args.blocks = _WARMUP + 3, 1
+    print(f"2 CPU processes, gloo, OMP_NUM_THREADS=1; {args.blocks} blocks per side of {args.steps} steps "
+          f"(first {_WARMUP} of each block are warm-up)")  # fmt: skip
+    rows: list[Row] = []
+    data: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as out:
+        for row in args.rows:
+            started = time.perf_counter()
+            _launch(row, args, out)
+            load = os.getloadavg()[0]
+            blocks = json.loads(Path(out, f"{row}.json").read_text())
+            raw_ms = [_block_ms(s) for s in blocks["raw"]]
+            ours_ms = [_block_ms(s) for s in blocks["phalanx"]]
+            ratios = [o / r for o, r in zip(ours_ms, raw_ms)]
+            r = spread(ratios)
+            print(f"  {row:<16} raw {statistics.median(raw_ms):7.2f} ms  phalanx {statistics.median(ours_ms):7.2f} ms  "
+                  f"ratio per block {', '.join(f'{x:.3f}' for x in ratios)}  load {load:.2f}  "
+                  f"({time.perf_counter() - started:.0f} s)", flush=True)  # fmt: skip
+            rows.append(Row(f"2-rank {DESCRIPTIONS[row]} (wall)", r.median, 1.02, "x", low=r.low, high=r.high,
+                            note=f"{statistics.median(raw_ms):.2f} -> {statistics.median(ours_ms):.2f} ms, load {load:.1f}"))  # fmt: skip
+            data[row] = {"raw_ms": raw_ms, "phalanx_ms": ours_ms, "ratios": ratios, "load_1min": load}
+    return finish("strategies_vs_raw", rows, data, quick=args.quick, partial=set(args.rows) != set(ROWS))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
