@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
-from mp_testing import run_script
+from mp_testing import SCHEDULE_RUNS, run_script
 
 from phalanx.testing.leaks import nothing_left_behind
 
@@ -89,6 +89,24 @@ def pipeline_2(out_dir: Path) -> Path:
             {**common, "tag": "uncovered", "model": "Uncovered", "expect_error": True},
         ],
     )
+
+
+@pytest.fixture(scope="session")
+def pipeline_schedules_2(out_dir: Path) -> Path:
+    """(pp 2), 2 processes, one job: every schedule of SCHEDULE_RUNS for 4 batches (ZB-V also validates
+    and predicts), then a model with too few blocks and a microbatch count DualPipeV refuses."""
+    common = {"devices": 2, "dp": 1, "tp": 1, "pp": 2, "epochs": 1, "batches": 4, "micro": 4}
+    checks = {"validate": True, "predict": True}
+    runs: list[dict[str, object]] = [
+        {**common, "tag": tag, "schedule": schedule, "model": model, "accumulate": accumulate}
+        | (checks if schedule == "zbv_zero_bubble" else {})
+        for tag, schedule, model, accumulate in SCHEDULE_RUNS
+    ]
+    runs += [
+        {**common, "tag": "fewblocks", "schedule": "zbv_zero_bubble", "model": "Blocks3", "expect_error": True},
+        {**common, "tag": "fewmicro", "schedule": "dualpipe_v", "model": "Blocks4", "micro": 2, "expect_error": True},
+    ]
+    return _train(out_dir, runs)
 
 
 @pytest.fixture(scope="session")

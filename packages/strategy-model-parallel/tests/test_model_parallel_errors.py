@@ -17,6 +17,12 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.timing]
         ("mesh_1x2", "noconf", ["needs NoConfigureModel.configure_model()", "Fix:"]),
         ("pipeline_2", "nostages", ["NoStages has no pipeline_stages()", "Fix:"]),
         ("pipeline_2", "uncovered", ["does not cover the model", "['net.2.weight', 'net.2.bias']", "Fix:"]),
+        (
+            "pipeline_schedules_2",
+            "fewblocks",
+            ["returned 3 block(s)", "'zbv_zero_bubble'", "runs 4 stages", "rank r runs stages r and 3 - r", "Fix:"],
+        ),
+        ("pipeline_schedules_2", "fewmicro", ["num_microbatches=2", "'dualpipe_v'", "one of [4]", "Fix:"]),
     ],
 )
 def test_bad_input_is_refused_on_every_rank(request: pytest.FixtureRequest, fixture: str, tag: str, fragments: list[str]) -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from mp_common import loader, make_net, single_process_weights
-from mp_testing import read_ranks
+from mp_common import loader, loss_fn, make_net, single_process, single_process_weights
+from mp_testing import SCHEDULE_RUNS, read_ranks
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -79,6 +79,43 @@ def test_pipeline_validation_and_predict(pipeline_2: Path) -> None:
     expected = net(x).flatten().tolist()
     for result in results:
         assert max(abs(a - b) for a, b in zip(result["predictions"][0], expected)) <= 1e-5
+
+
+@pytest.mark.parametrize(("tag", "schedule", "model", "accumulate"), SCHEDULE_RUNS)
+def test_pipeline_schedules_match_one_process(
+    pipeline_schedules_2: Path, tag: str, schedule: str, model: str, accumulate: int
+) -> None:
+    """Each schedule, its blocks grouped into its stages and placed by its layout, trains like one
+    process on the whole batch: per-batch losses and final weights within 1e-5 (with gradient
+    accumulation where ``accumulate`` is 2)."""
+    depth = int(model.removeprefix("Blocks")) - 1  # Blocks<n>: n - 1 residual blocks and the head
+    losses, net = single_process(1, depth=depth, batches=4, accumulate=accumulate)
+    results = read_ranks(pipeline_schedules_2, tag, 2)
+    for result in results:
+        assert result["global_step"] == 4 // accumulate
+        assert _worst(result["losses"], losses) <= 1e-5
+    assert results[0]["losses"] == results[1]["losses"]  # shared from the rank of the last stage
+    weights = _weights(pipeline_schedules_2, tag, 2)
+    reference = net.state_dict()
+    assert set(weights) == {f"net.{k}" for k in reference}
+    worst = max(float((weights[f"net.{k}"] - v).abs().max()) for k, v in reference.items())
+    assert worst <= 1e-5, f"{schedule}: final weights differ from one process by {worst:.3g}"
+    assert max(float((v - make_net(depth=depth).state_dict()[k]).abs().max()) for k, v in reference.items()) > 1e-3
+
+
+def test_v_schedule_validates_and_predicts_from_rank_zero(pipeline_schedules_2: Path) -> None:
+    """Under ZB-V the last stage is on pipeline rank 0: validation losses and predictions come from
+    there, on both ranks, equal to the trained model's on one process."""
+    _, net = single_process(1, depth=3, batches=4)
+    x, _ = next(iter(loader(1)))
+    with torch.no_grad():
+        val = [float(loss_fn(net(bx), by)) for bx, by in list(loader(1))[:2]]
+        expected = net(x).flatten().tolist()
+    results = read_ranks(pipeline_schedules_2, "s_zbv_zero_bubble", 2)
+    for result in results:
+        assert _worst(result["val_losses"][-2:], val) <= 1e-5  # the validation after the last step
+        assert max(abs(a - b) for a, b in zip(result["predictions"][0], expected)) <= 1e-5
+    assert results[0]["val_losses"] == results[1]["val_losses"]
 
 
 def test_data_parallel_times_pipeline_parallel(pipeline_dp2_pp2: Path) -> None:

@@ -2,8 +2,10 @@
 
 Three things tie the pipelining schedule into the Trainer's step:
 
-* the stages are split out of the Module once (:meth:`PipelineSetup.split`), and with data
-  parallel each stage is sharded over ``data_parallel`` (``fully_shard``) unless the Module did so;
+* the stages are split out of the Module once (:meth:`PipelineSetup.split`: the Module's blocks
+  grouped into as many stages as the schedule runs, this rank's placed by the schedule's layout),
+  and with data parallel each stage is sharded over ``data_parallel`` (``fully_shard``) unless the
+  Module did so;
 * the schedule runs forward and backward inside ``training_step``; gradient accumulation is
   honoured by zeroing at the start of a window and scaling the loss by 1/accumulate_grad_batches;
 * the strategy says so (``training_step_runs_backward``), so the Trainer zeroes gradients *before*
@@ -22,8 +24,14 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from phalanx.errors import MisconfigurationError
 from phalanx_strategy_model_parallel._layout import DATA_PARALLEL, PIPELINE_PARALLEL
-from phalanx_strategy_model_parallel._pipeline import SCHEDULES, PipelineRunner, stage_indices
-from phalanx_strategy_model_parallel._stages import declared_stages, keep_only
+from phalanx_strategy_model_parallel._pipeline import (
+    SCHEDULES,
+    PipelineRunner,
+    check_microbatches,
+    stage_indices,
+    stages_per_rank,
+)
+from phalanx_strategy_model_parallel._stages import declared_blocks, group_blocks, keep_only
 
 __all__ = ["PipelineSetup"]
 
@@ -31,7 +39,9 @@ __all__ = ["PipelineSetup"]
 class PipelineSetup:
     """This rank's stages and schedule; created by the strategy's ``wrap_model``."""
 
-    def __init__(self, strategy: Any, module: nn.Module, stages: list[nn.Module], indices: list[int], num_stages: int) -> None:
+    def __init__(
+        self, strategy: Any, module: nn.Module, stages: list[nn.Module], indices: list[int], num_stages: int
+    ) -> None:
         self.strategy = strategy
         self.module = module
         self.stages = stages
@@ -46,16 +56,33 @@ class PipelineSetup:
 
     @classmethod
     def split(cls, strategy: Any, module: nn.Module) -> PipelineSetup:
-        """Check the declared stages, keep this rank's, shard them over data parallel when needed."""
+        """Group the declared blocks into stages, keep this rank's, shard them over data parallel when needed.
+
+        Raises:
+            MisconfigurationError: Too few blocks for the schedule's stages, or a microbatch count
+                the schedule does not run.
+        """
         layout = strategy.layout
         schedule = strategy.pipeline_schedule
-        multi = SCHEDULES[schedule][1]
-        stages = declared_stages(module, pipeline_size=layout.pipeline_parallel, multi=multi, schedule=schedule)
-        per_rank = len(stages) // layout.pipeline_parallel
+        pp = layout.pipeline_parallel
+        blocks = declared_blocks(module)
+        per_rank = stages_per_rank(schedule, len(blocks), pp)
+        num_stages = pp * per_rank
+        stages = group_blocks(
+            blocks,
+            num_stages,
+            name=type(module).__qualname__,
+            schedule=schedule,
+            pipeline_size=pp,
+            layout=SCHEDULES[schedule].layout,
+        )
+        check_microbatches(
+            schedule, strategy.num_microbatches or 2 * num_stages, pipeline_size=pp, num_stages=num_stages
+        )
         pp_rank = layout.coordinates(strategy.global_rank)[PIPELINE_PARALLEL]
-        indices = stage_indices(pp_rank, layout.pipeline_parallel, per_rank)
+        indices = stage_indices(schedule, pp_rank, pp, per_rank)
         mine = [stages[i] for i in indices]
-        setup = cls(strategy, module, mine, indices, len(stages))
+        setup = cls(strategy, module, mine, indices, num_stages)
         setup.dropped = keep_only(module, mine)
         if layout.data_parallel > 1:
             mesh = strategy.device_mesh[DATA_PARALLEL]

@@ -48,7 +48,7 @@ from phalanx_strategy_model_parallel._layout import (
     check_size,
     resolve_layout,
 )
-from phalanx_strategy_model_parallel._pipeline import SCHEDULES
+from phalanx_strategy_model_parallel._pipeline import SCHEDULES, check_schedule_name
 from phalanx_strategy_model_parallel._pipeline_setup import PipelineSetup
 from phalanx_strategy_model_parallel._strategy_checkpointing import ModelParallelCheckpointing
 from phalanx_strategy_model_parallel._strategy_context_parallel import ContextParallelSteps
@@ -82,10 +82,16 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ContextParallelSteps, Sh
             within each replica over ``data_parallel_shard_size`` ranks. Default 1 (plain FSDP).
         data_parallel_shard_size: Ranks one replica is sharded over; default: what
             ``data_parallel_size / data_parallel_replicate_size`` leaves.
-        pipeline_schedule: ``"1f1b"`` (default; least activation memory), ``"gpipe"``, or
-            ``"interleaved_1f1b"`` (several stages per rank, a smaller bubble).
+        pipeline_schedule: A ``torch.distributed.pipelining`` schedule: ``"1f1b"`` (default; one
+            stage per rank, least activation memory), ``"gpipe"``; several stages per rank (rank
+            ``r`` runs ``r, r + pp, ...``) with a smaller bubble: ``"interleaved_1f1b"``,
+            ``"looped_bfs"``, ``"interleaved_zero_bubble"``; two per rank in a V (rank ``r`` runs
+            ``r`` and ``2 pp - 1 - r``): ``"zbv_zero_bubble"``, ``"dualpipe_v"``. The zero-bubble
+            ones and DualPipeV split backward into input and weight gradients and do not run
+            with ``compile_policy``.
         num_microbatches: Microbatches each batch is split into under pipeline parallel; default
-            twice the number of stages. The per-rank batch size must be a multiple.
+            twice the number of stages. The per-rank batch size must be a multiple; 1F1B needs
+            at least pipeline_parallel_size, DualPipeV at least the number of stages.
         save_distributed_checkpoint: True (default): every rank writes its shards into a DCP
             directory (fast, reshardable). False: rank 0 writes one consolidated file.
         activation_checkpointing_policy: Blocks whose activations are recomputed in backward, as
@@ -154,8 +160,14 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ContextParallelSteps, Sh
             )
             raise MisconfigurationError(msg)
         self.context_parallel_seq_dims = check_seq_dims(context_parallel_seq_dims)
-        if pipeline_schedule not in SCHEDULES:
-            msg = f"ModelParallelStrategy(pipeline_schedule={pipeline_schedule!r}) is unknown; choose one of {sorted(SCHEDULES)}."
+        check_schedule_name(pipeline_schedule)
+        if SCHEDULES[pipeline_schedule].split_backward and compile_policy is not None and self._sizes[2] > 1:
+            msg = (
+                f"ModelParallelStrategy(pipeline_schedule={pipeline_schedule!r}, compile_policy=...): this schedule "
+                "computes input and weight gradients separately, which torch.distributed.pipelining does not support "
+                "for compiled stages. Fix: remove compile_policy, or choose a schedule without the split: "
+                f"{[name for name, spec in SCHEDULES.items() if not spec.split_backward]}."
+            )
             raise MisconfigurationError(msg)
         if num_microbatches is not None:
             check_size("num_microbatches", num_microbatches, allow_auto=False)

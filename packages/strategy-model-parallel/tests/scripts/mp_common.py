@@ -34,10 +34,10 @@ class MLP(nn.Module):
         return x + self.w2(torch.tanh(self.w1(x)))
 
 
-def make_net(hidden: int = 16) -> nn.Sequential:
-    """Weights fixed by seed, so every run (and every rank) starts identically."""
+def make_net(hidden: int = 16, depth: int = 2) -> nn.Sequential:
+    """``depth`` residual blocks and a head; weights fixed by seed, so every run (and every rank) starts identically."""
     torch.manual_seed(0)
-    return nn.Sequential(MLP(hidden), MLP(hidden), nn.Linear(FEATURES, 1))
+    return nn.Sequential(*(MLP(hidden) for _ in range(depth)), nn.Linear(FEATURES, 1))
 
 
 def parallelize(net: nn.Module, mesh: DeviceMesh) -> None:
@@ -83,17 +83,33 @@ def dp_mean(value: torch.Tensor, mesh: DeviceMesh) -> float:
     return float(value) / dist.get_world_size(group)
 
 
+def single_process(
+    epochs: int, *, depth: int = 2, batches: int | None = None, accumulate: int = 1
+) -> tuple[list[float], nn.Sequential]:
+    """The whole model on one process, full global batches: per-batch losses and the trained net.
+
+    ``batches`` limits each epoch; ``accumulate`` sums the gradients of that many batches (each
+    loss divided by it) before one optimizer step, as ``accumulate_grad_batches`` does.
+    """
+    net = make_net(depth=depth)
+    opt = make_optimizer(net.parameters())
+    losses = []
+    for _ in range(epochs):
+        for index, (x, y) in enumerate(loader(1)):
+            if batches is not None and index == batches:
+                break
+            loss = loss_fn(net(x), y)
+            (loss / accumulate).backward()
+            losses.append(float(loss.detach()))
+            if (index + 1) % accumulate == 0:
+                opt.step()
+                opt.zero_grad()
+    return losses, net
+
+
 def single_process_weights(epochs: int) -> dict[str, torch.Tensor]:
     """The whole model on one process, full global batches: what every mesh must converge to."""
-    net = make_net()
-    opt = make_optimizer(net.parameters())
-    for _ in range(epochs):
-        for x, y in loader(1):
-            loss = loss_fn(net(x), y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-    return {k: v.detach().clone() for k, v in net.state_dict().items()}
+    return {k: v.detach().clone() for k, v in single_process(epochs)[1].state_dict().items()}
 
 
 def reference_tensor_parallel(mesh: DeviceMesh, epochs: int, precision: str = "32-true") -> list[float]:

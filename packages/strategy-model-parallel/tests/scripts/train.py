@@ -1,8 +1,9 @@
 """Train ``Net`` with ModelParallelStrategy, then the plain-torch reference on the same ranks.
 
 ``python train.py OUT CONFIG_JSON``; CONFIG is a list of runs done in order by every rank, each a
-dict: ``tag``, ``dp``/``tp``/``pp`` sizes, ``schedule``, ``precision``, ``epochs``, ``resume`` (a
-path), ``save_epoch0`` (checkpoint name after epoch 0), ``save_final_full`` (consolidated file
+dict: ``tag``, ``dp``/``tp``/``pp`` sizes, ``schedule``, ``micro`` (num_microbatches),
+``precision``, ``epochs``, ``batches`` (limit_train_batches), ``accumulate``
+(accumulate_grad_batches), ``resume`` (a path), ``save_epoch0`` (checkpoint name after epoch 0), ``save_final_full`` (consolidated file
 name after fit), ``reference`` ("tp" or "pp": the plain torch run on a fresh mesh of the same
 shape), ``validate``/``predict``, ``model`` (a Net variant) and ``expect_error`` (run must raise;
 its message is recorded). Each rank writes ``OUT/<tag>_rank<r>.json``; ranks at dp = tp = 0 also
@@ -40,9 +41,10 @@ from phalanx_strategy_model_parallel import ModelParallelStrategy
 
 
 class Net(phalanx.Module):
-    def __init__(self, hidden: int = 16) -> None:
+    def __init__(self, hidden: int = 16, depth: int = 2) -> None:
         super().__init__()
         self.hidden = hidden
+        self.depth = depth
         self.losses: list[float] = []
         self.global_losses: list[float] = []
         self.val_losses: list[float] = []
@@ -54,7 +56,7 @@ class Net(phalanx.Module):
     def configure_model(self) -> None:
         if hasattr(self, "net"):
             return
-        self.net = make_net(self.hidden)
+        self.net = make_net(self.hidden, self.depth)
         if not self.pipelined:
             parallelize(self.net, self.device_mesh)
 
@@ -87,6 +89,13 @@ class Net(phalanx.Module):
         return loader(self.trainer.strategy.data_parallel_size)
 
 
+class Blocks(Net):
+    """Every layer a block: the strategy groups them into the schedule's stages."""
+
+    def pipeline_stages(self) -> list[nn.Module]:
+        return list(self.net)
+
+
 class NoStages(Net):
     pipeline_stages = None  # type: ignore[assignment]
 
@@ -114,7 +123,8 @@ class NoConfigureModel(phalanx.Module):
 
 
 MODELS = {"Net": Net, "Net32": lambda: Net(32), "Net15": lambda: Net(15), "NoStages": NoStages,
-          "Uncovered": Uncovered, "NoConfigureModel": NoConfigureModel}
+          "Uncovered": Uncovered, "NoConfigureModel": NoConfigureModel, "Blocks3": lambda: Blocks(depth=2),
+          "Blocks4": lambda: Blocks(depth=3), "Blocks5": lambda: Blocks(depth=4)}
 
 
 class SaveEpoch0(Callback):
@@ -139,6 +149,7 @@ def one_run(out: str, run: dict[str, Any]) -> None:
         accelerator="cpu", devices=run.get("devices", 4), strategy=strategy, precision=run.get("precision", "32-true"),
         max_epochs=run.get("epochs", 2), logger=False, enable_checkpointing=False, enable_progress_bar=False,
         callbacks=[SaveEpoch0(save0)], default_root_dir=out, limit_val_batches=2,
+        limit_train_batches=run.get("batches"), accumulate_grad_batches=run.get("accumulate", 1),
     )
     model = MODELS[run.get("model", "Net")]()
     result: dict[str, Any] = {}
