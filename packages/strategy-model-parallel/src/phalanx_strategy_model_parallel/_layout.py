@@ -18,9 +18,13 @@ __all__ = [
     "DATA_PARALLEL_REPLICATE",
     "DATA_PARALLEL_SHARD",
     "DATA_PARALLEL_SHARD_CONTEXT_PARALLEL",
+    "EXPERT_DATA_PARALLEL",
+    "EXPERT_DATA_PARALLEL_CONTEXT_PARALLEL",
+    "EXPERT_PARALLEL",
     "PIPELINE_PARALLEL",
     "TENSOR_PARALLEL",
     "MeshLayout",
+    "check_expert_parallel_size",
     "check_size",
     "resolve_layout",
 ]
@@ -35,6 +39,12 @@ PIPELINE_PARALLEL = "pipeline_parallel"
 #: other tokens and their gradients must be reduced together with the data-parallel ones.
 DATA_PARALLEL_CONTEXT_PARALLEL = "data_parallel_context_parallel"
 DATA_PARALLEL_SHARD_CONTEXT_PARALLEL = "data_parallel_shard_context_parallel"
+#: Expert parallel borrows its ranks from data parallel (the shard dim under HSDP), which is then
+#: ``expert_data_parallel`` (outer: ranks holding the same experts) x ``expert_parallel`` (inner:
+#: ranks holding different experts); ``data_parallel`` is their flattened product.
+EXPERT_PARALLEL = "expert_parallel"
+EXPERT_DATA_PARALLEL = "expert_data_parallel"
+EXPERT_DATA_PARALLEL_CONTEXT_PARALLEL = "expert_data_parallel_context_parallel"
 
 
 @dataclass(frozen=True)
@@ -47,7 +57,10 @@ class MeshLayout:
     context parallel (a K/V all-gather per attention layer) next, and the pipeline dimension is
     outermost, since it moves the least data (one activation per microbatch). With hybrid sharding
     the data-parallel dimension is split into ``data_parallel_replicate`` (outer) and
-    ``data_parallel_shard``; ``data_parallel`` is then their flattened product.
+    ``data_parallel_shard``; ``data_parallel`` is then their flattened product. With expert
+    parallel the (shard) data-parallel dimension is split once more, into ``expert_data_parallel``
+    (outer) and ``expert_parallel`` (inner, adjacent ranks: the all-to-all of every MoE layer runs
+    over them); the data still differs over all of them.
     """
 
     data_parallel: int
@@ -55,6 +68,12 @@ class MeshLayout:
     pipeline_parallel: int = 1
     context_parallel: int = 1
     data_parallel_replicate: int = 1
+    expert_parallel: int = 1
+
+    @property
+    def expert_data_parallel(self) -> int:
+        """Data-shard ranks that hold the same experts: ``data_parallel_shard / expert_parallel``."""
+        return self.data_parallel_shard // self.expert_parallel
 
     @property
     def data_parallel_shard(self) -> int:
@@ -70,10 +89,11 @@ class MeshLayout:
         if self.pipeline_parallel > 1:
             dims.append((PIPELINE_PARALLEL, self.pipeline_parallel))
         if self.hybrid:
-            dims += [
-                (DATA_PARALLEL_REPLICATE, self.data_parallel_replicate),
-                (DATA_PARALLEL_SHARD, self.data_parallel_shard),
-            ]
+            dims.append((DATA_PARALLEL_REPLICATE, self.data_parallel_replicate))
+        if self.expert_parallel > 1:
+            dims += [(EXPERT_DATA_PARALLEL, self.expert_data_parallel), (EXPERT_PARALLEL, self.expert_parallel)]
+        elif self.hybrid:
+            dims.append((DATA_PARALLEL_SHARD, self.data_parallel_shard))
         else:
             dims.append((DATA_PARALLEL, self.data_parallel))
         if self.context_parallel > 1:
@@ -95,16 +115,24 @@ class MeshLayout:
     def flattened(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
         """Flattened dimensions the strategy adds to the mesh: ``(name, source dims)``, in creation order."""
         out: list[tuple[str, tuple[str, ...]]] = []
-        if self.hybrid:
+        replicate = (DATA_PARALLEL_REPLICATE,) if self.hybrid else ()
+        shard: tuple[str, ...] = (DATA_PARALLEL_SHARD,)
+        if self.expert_parallel > 1:
+            shard = (EXPERT_DATA_PARALLEL, EXPERT_PARALLEL)
+            if self.hybrid:
+                out.append((DATA_PARALLEL_SHARD, shard))
+            out.append((DATA_PARALLEL, replicate + shard))
+        elif self.hybrid:
             out.append((DATA_PARALLEL, (DATA_PARALLEL_REPLICATE, DATA_PARALLEL_SHARD)))
         if self.context_parallel > 1:
             if self.hybrid:
-                out.append((DATA_PARALLEL_SHARD_CONTEXT_PARALLEL, (DATA_PARALLEL_SHARD, CONTEXT_PARALLEL)))
-                out.append(
-                    (DATA_PARALLEL_CONTEXT_PARALLEL, (DATA_PARALLEL_REPLICATE, DATA_PARALLEL_SHARD, CONTEXT_PARALLEL))
-                )
+                out.append((DATA_PARALLEL_SHARD_CONTEXT_PARALLEL, (*shard, CONTEXT_PARALLEL)))
+                out.append((DATA_PARALLEL_CONTEXT_PARALLEL, (*replicate, *shard, CONTEXT_PARALLEL)))
             else:
-                out.append((DATA_PARALLEL_CONTEXT_PARALLEL, (DATA_PARALLEL, CONTEXT_PARALLEL)))
+                whole = shard if self.expert_parallel > 1 else (DATA_PARALLEL,)
+                out.append((DATA_PARALLEL_CONTEXT_PARALLEL, (*whole, CONTEXT_PARALLEL)))
+            if self.expert_parallel > 1:
+                out.append((EXPERT_DATA_PARALLEL_CONTEXT_PARALLEL, (EXPERT_DATA_PARALLEL, CONTEXT_PARALLEL)))
         return tuple(out)
 
     @property
@@ -114,6 +142,17 @@ class MeshLayout:
         if self.hybrid:
             return (DATA_PARALLEL_REPLICATE, shard)
         return (DATA_PARALLEL_CONTEXT_PARALLEL if self.context_parallel > 1 else DATA_PARALLEL,)
+
+    @property
+    def expert_fsdp_dims(self) -> tuple[str, ...]:
+        """The mesh dims to pass to ``fully_shard`` for expert weights: the ranks holding the same experts.
+
+        Without expert parallel these are :attr:`fsdp_dims` (experts are ordinary weights).
+        """
+        if self.expert_parallel == 1:
+            return self.fsdp_dims
+        shard = EXPERT_DATA_PARALLEL_CONTEXT_PARALLEL if self.context_parallel > 1 else EXPERT_DATA_PARALLEL
+        return (DATA_PARALLEL_REPLICATE, shard) if self.hybrid else (shard,)
 
     @property
     def world_size(self) -> int:
@@ -127,10 +166,13 @@ class MeshLayout:
         rest //= self.context_parallel
         dp = rest % self.data_parallel
         pp = rest // self.data_parallel
+        shard = dp % self.data_parallel_shard
         return {
             DATA_PARALLEL: dp,
             DATA_PARALLEL_REPLICATE: dp // self.data_parallel_shard,
-            DATA_PARALLEL_SHARD: dp % self.data_parallel_shard,
+            DATA_PARALLEL_SHARD: shard,
+            EXPERT_DATA_PARALLEL: shard // self.expert_parallel,
+            EXPERT_PARALLEL: shard % self.expert_parallel,
             CONTEXT_PARALLEL: cp,
             TENSOR_PARALLEL: tp,
             PIPELINE_PARALLEL: pp,
@@ -174,6 +216,7 @@ def resolve_layout(
     context_parallel_size: int = 1,
     data_parallel_replicate_size: int = 1,
     data_parallel_shard_size: int | None = None,
+    expert_parallel_size: int = 1,
 ) -> MeshLayout:
     """Turn the user's sizes into a layout for ``num_nodes`` x ``num_processes`` ranks.
 
@@ -182,10 +225,13 @@ def resolve_layout(
     only one is "auto" it takes what is left of the world, so ``data_parallel_size=2`` on 4
     devices means 2 x 2. ``data_parallel_shard_size`` given: data parallel is ``replicate x
     shard``; otherwise the shard size is what ``data_parallel / replicate`` leaves.
+    ``expert_parallel_size`` takes no ranks of its own: it must divide the (shard) data-parallel
+    size, whose ranks it splits into groups that hold different experts.
 
     Raises:
         MisconfigurationError: The sizes do not multiply to the world size, or "auto" cannot be
             filled evenly; the message names every size, the product, the world and a valid choice.
+            Or ``expert_parallel_size`` does not divide the (shard) data-parallel size.
     """
     world = num_nodes * num_processes
     pp, cp, rep = pipeline_parallel_size, context_parallel_size, data_parallel_replicate_size
@@ -245,4 +291,25 @@ def resolve_layout(
             f"{where}. {fix}, or set devices/num_nodes so that devices x num_nodes = {layout.world_size}."
         )
         raise MisconfigurationError(msg)
-    return layout
+    check_expert_parallel_size(expert_parallel_size, layout.data_parallel_shard, hybrid=layout.hybrid)
+    return MeshLayout(
+        dp, tp, pp, context_parallel=cp, data_parallel_replicate=rep, expert_parallel=expert_parallel_size
+    )
+
+
+def check_expert_parallel_size(ep: int, shard: int, *, hybrid: bool) -> None:
+    """Expert parallel borrows data-parallel ranks: its size must divide the (shard) data-parallel size.
+
+    Raises:
+        MisconfigurationError: Naming the value, the sizes that divide and the fix.
+    """
+    if shard % ep == 0:
+        return
+    which = "data_parallel_shard_size" if hybrid else "data_parallel_size"
+    divisors = [d for d in range(1, shard + 1) if shard % d == 0]
+    msg = (
+        f"ModelParallelStrategy(expert_parallel_size={ep}) must divide {which}={shard}: expert-parallel ranks are "
+        f"data-parallel ranks, split into groups of expert_parallel_size that hold different experts. Valid "
+        f"choices: {divisors}. Fix: choose one of them, or raise {which} (and devices) to a multiple of {ep}."
+    )
+    raise MisconfigurationError(msg)

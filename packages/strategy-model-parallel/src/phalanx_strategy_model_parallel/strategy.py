@@ -12,7 +12,10 @@ the ranks of one tensor- or pipeline-parallel group read the same batch. With
 With ``context_parallel_size > 1`` the strategy splits each training batch's sequences over the
 context-parallel ranks and makes ``F.scaled_dot_product_attention`` attend over whole sequences
 (``_context_parallel``); FSDP then shards over data x context parallel (:attr:`fsdp_mesh`), so
-gradients are averaged over both.
+gradients are averaged over both. With ``expert_parallel_size > 1`` the data-parallel ranks are
+split into ``"expert_data_parallel"`` x ``"expert_parallel"``: the Module shards its MoE experts over
+the latter with ``ExpertParallel`` (``_expert_parallel``) and over the former with ``fully_shard``
+(:attr:`expert_fsdp_mesh`).
 """
 
 from __future__ import annotations
@@ -42,8 +45,10 @@ from phalanx_strategy_model_parallel._context_parallel import (
     SeqDims,
     check_seq_dims,
 )
+from phalanx_strategy_model_parallel._expert_parallel import prepare_expert_parallel
 from phalanx_strategy_model_parallel._layout import (
     DATA_PARALLEL,
+    DATA_PARALLEL_CONTEXT_PARALLEL,
     MeshLayout,
     check_size,
     resolve_layout,
@@ -82,6 +87,10 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ContextParallelSteps, Sh
             within each replica over ``data_parallel_shard_size`` ranks. Default 1 (plain FSDP).
         data_parallel_shard_size: Ranks one replica is sharded over; default: what
             ``data_parallel_size / data_parallel_replicate_size`` leaves.
+        expert_parallel_size: Ranks the experts of each MoE layer are split over (1: none). They
+            are data-parallel ranks (shard ranks under HSDP), so it must divide that size; mark the
+            experts with :class:`~phalanx_strategy_model_parallel.ExpertParallel` in
+            ``configure_model`` and shard them over :attr:`expert_fsdp_mesh`.
         pipeline_schedule: A ``torch.distributed.pipelining`` schedule: ``"1f1b"`` (default; one
             stage per rank, least activation memory), ``"gpipe"``; several stages per rank (rank
             ``r`` runs ``r, r + pp, ...``) with a smaller bubble: ``"interleaved_1f1b"``,
@@ -124,6 +133,7 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ContextParallelSteps, Sh
         context_parallel_seq_dims: SeqDims = 1,
         data_parallel_replicate_size: int = 1,
         data_parallel_shard_size: int | None = None,
+        expert_parallel_size: int = 1,
         pipeline_schedule: str = "1f1b",
         num_microbatches: int | None = None,
         save_distributed_checkpoint: bool = True,
@@ -151,6 +161,7 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ContextParallelSteps, Sh
             "data_parallel_shard_size": None
             if data_parallel_shard_size is None
             else int(check_size("data_parallel_shard_size", data_parallel_shard_size, allow_auto=False)),
+            "expert_parallel_size": int(check_size("expert_parallel_size", expert_parallel_size, allow_auto=False)),
         }
         if self._mesh_sizes["context_parallel_size"] > 1 and self._sizes[2] > 1:
             msg = (
@@ -235,6 +246,25 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ContextParallelSteps, Sh
         return self.layout.data_parallel_shard
 
     @property
+    def expert_parallel_size(self) -> int:
+        return self.layout.expert_parallel
+
+    @property
+    def expert_fsdp_mesh(self) -> DeviceMesh:
+        """The mesh to pass to ``fully_shard`` for expert weights: the data-parallel ranks that hold the same experts.
+
+        ``expert_data_parallel`` (times context parallel when used; 2-D with HSDP); :attr:`fsdp_mesh`
+        when ``expert_parallel_size == 1``. See :class:`~phalanx_strategy_model_parallel.ExpertParallel`.
+        """
+        return self._mesh_of(self.layout.expert_fsdp_dims)
+
+    def _mesh_of(self, dims: tuple[str, ...]) -> DeviceMesh:
+        if len(dims) == 1:
+            flat = self._flat_meshes.get(dims[0])
+            return flat if flat is not None else self.device_mesh[dims[0]]
+        return self.device_mesh[dims]
+
+    @property
     def fsdp_mesh(self) -> DeviceMesh:
         """The mesh to pass to ``fully_shard``: data parallel, times context parallel when used.
 
@@ -243,11 +273,7 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ContextParallelSteps, Sh
         samples, so their gradients must be averaged with the data-parallel ones: FSDP over this
         mesh does it in its reduce-scatter.
         """
-        dims = self.layout.fsdp_dims
-        if len(dims) == 1:
-            flat = self._flat_meshes.get(dims[0])
-            return flat if flat is not None else self.device_mesh[dims[0]]
-        return self.device_mesh[dims]
+        return self._mesh_of(self.layout.fsdp_dims)
 
     @property
     def device_mesh(self) -> DeviceMesh:
@@ -320,6 +346,8 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ContextParallelSteps, Sh
             fully_shard(module, mesh=self.fsdp_mesh)  # pure data (x context) parallel: shard like FSDP
         if layout.context_parallel > 1:
             check_context_parallel_sharding(module, layout.context_parallel)
+        batch = self._mesh_of((DATA_PARALLEL_CONTEXT_PARALLEL if layout.context_parallel > 1 else DATA_PARALLEL,))
+        prepare_expert_parallel(module, layout, batch.get_group() if batch.size() > 1 else None)
         if self._pipeline is not None:
             self._pipeline.build(training=training)
         apply_block_options(self.block_options, module, is_global_zero=self.is_global_zero)

@@ -1,0 +1,70 @@
+"""A tiny MoE network, its data and the one-process reference, shared by ``train_moe.py`` and the tests.
+
+The expert-parallel runs and the reference build the network from the same seed and read the
+same global batches, so every difference comes from sharding the experts and moving tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from phalanx_strategy_model_parallel import MoE
+
+DIM, HIDDEN, EXPERTS, TOP_K = 8, 8, 4, 2
+SAMPLES, GLOBAL_BATCH, LR, AUX_COEF = 32, 8, 0.1, 0.1
+
+
+class MoENet(nn.Module):
+    """Linear -> tanh -> residual MoE -> linear head; ~600 parameters."""
+
+    def __init__(self, num_experts: int = EXPERTS) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.inp = nn.Linear(DIM, DIM)
+        self.moe = MoE(DIM, HIDDEN, num_experts, TOP_K)
+        self.head = nn.Linear(DIM, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.inp(x))
+        return self.head(h + self.moe(h))
+
+
+def loss_fn(net: MoENet, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """MSE plus the load-balancing loss of the forward that produced ``output``."""
+    return F.mse_loss(output, target) + AUX_COEF * net.moe.aux_loss
+
+
+def make_optimizer(params: Any) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=LR, momentum=0.9)
+
+
+def dataset() -> TensorDataset:
+    generator = torch.Generator().manual_seed(7)
+    return TensorDataset(torch.randn(SAMPLES, DIM, generator=generator), torch.randn(SAMPLES, 1, generator=generator))
+
+
+def loader(dp_size: int, dp_rank: int | None = None) -> DataLoader:
+    """Per-rank batches of GLOBAL_BATCH / dp; with dp_rank, sharded as DistributedSampler does."""
+    data = dataset()
+    sampler = None if dp_rank is None else DistributedSampler(data, num_replicas=dp_size, rank=dp_rank, shuffle=False)
+    return DataLoader(data, batch_size=GLOBAL_BATCH // dp_size, shuffle=False, sampler=sampler)
+
+
+def single_process(epochs: int) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """The whole network on one process, global batches: per-step losses and final weights."""
+    net = MoENet()
+    opt = make_optimizer(net.parameters())
+    losses = []
+    for _ in range(epochs):
+        for x, y in loader(1):
+            loss = loss_fn(net, net(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(float(loss.detach()))
+    return losses, {k: v.detach().clone() for k, v in net.state_dict().items()}
