@@ -241,3 +241,32 @@ def test_moe_block_routes_each_token_to_its_top_k_experts() -> None:
     torch.testing.assert_close(moe(x), expected, atol=1e-6, rtol=0)
     fraction = torch.bincount(ids.flatten(), minlength=EXPERTS).float() / 12
     torch.testing.assert_close(moe.aux_loss, EXPERTS * (fraction * probs.mean(0)).sum())
+
+
+def test_plan_counts_experts_per_rank() -> None:
+    """``Trainer.plan`` passes expert_parallel_size; the estimate's layout says how many experts a rank holds."""
+    import phalanx
+    from phalanx_strategy_model_parallel import ModelParallelStrategy
+
+    class Planned(phalanx.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = MoENet()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+
+    def planned(ep: int) -> object:
+        strategy = ModelParallelStrategy(data_parallel_size=4, tensor_parallel_size=1, expert_parallel_size=ep)
+        trainer = phalanx.Trainer(accelerator="cpu", strategy=strategy, devices=4, logger=False)
+        row = trainer.plan(Planned()).rows[0]
+        assert row.estimate is not None
+        return row.estimate
+
+    ep2, ep1 = planned(2), planned(1)
+    assert ep2.layout.endswith(f"ep=2 (of dp): {EXPERTS // 2} experts per rank"), ep2.layout
+    assert (
+        f"experts: 1 MoE layer(s) of {EXPERTS} experts, {EXPERTS // 2} per rank over ep=2 (not split by tp)"
+        in ep2.notes
+    )
+    assert "ep=" not in ep1.layout and ep2.parameters == ep1.parameters  # EP ranks are dp ranks: same bytes

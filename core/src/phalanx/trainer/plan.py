@@ -30,6 +30,7 @@ _MESH_SIZES = (
     "pipeline_parallel_size",
     "context_parallel_size",
     "data_parallel_replicate_size",
+    "expert_parallel_size",
 )
 
 #: torch optimizer class name -> kind in phalanx.memory.OPTIMIZER_STATE_BYTES

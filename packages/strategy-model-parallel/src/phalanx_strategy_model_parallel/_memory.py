@@ -10,6 +10,12 @@ block's tensor-parallel slice (``other``); activations are divided by tp x cp (c
 splits the sequence; the gathered K/V of one attention call, which grows with the whole length,
 is not counted) and follow ``activation_checkpointing_policy``
 (:func:`phalanx.memory.activation_estimate`).
+
+Expert parallel: stacked expert weights (parameters under a module named ``experts`` whose first
+dim is the expert count, the layout ``ExpertParallel`` shards) are counted per rank as
+``E / expert_parallel_size`` experts in the layout line, and are not divided by tp (they are
+replicated over tensor-parallel ranks); their bytes per rank equal FSDP's over the same data-shard
+ranks, since ``expert_parallel`` ranks are data-parallel ranks.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from phalanx.memory import (
     shard,
 )
 
-__all__ = ["TARGET", "estimate", "mesh_sizes"]
+__all__ = ["TARGET", "estimate", "expert_layers", "mesh_sizes"]
 
 TARGET = "phalanx_strategy_model_parallel.strategy:ModelParallelStrategy"
 
@@ -47,6 +53,18 @@ def mesh_sizes(params: Any, *, devices: int, num_nodes: int) -> tuple[int, int, 
     return int(dp), int(tp), pp
 
 
+def expert_layers(params: Any) -> dict[str, int]:
+    """Stacked-experts modules of a model by name, with their expert counts (the first dim)."""
+    found: dict[str, int] = {}
+    for param in params:
+        parts = param.name.split(".")
+        if "experts" in parts[:-1] and len(param.shape) >= 2:
+            at = parts.index("experts")
+            if not parts[at + 1].isdigit():  # an nn.ModuleList of experts is not the stacked layout
+                found[".".join(parts[: at + 1])] = param.shape[0]
+    return found
+
+
 def estimate(request: MemoryRequest) -> MemoryEstimate | None:
     """Weights, gradients and optimizer state divided over the sharding ranks; one block slice gathered."""
     if request.target != TARGET:
@@ -56,11 +74,33 @@ def estimate(request: MemoryRequest) -> MemoryEstimate | None:
     cp = int(params.get("context_parallel_size", 1) or 1)
     replicate = int(params.get("data_parallel_replicate_size", 1) or 1)
     size = request.bytes
+    ep = int(params.get("expert_parallel_size", 1) or 1)
     ranks = (dp // max(1, replicate)) * cp * tp * pp  # ranks holding distinct slices of the weights
-    local = shard(request.model.numel, ranks)
-    trainable = shard(request.model.trainable_numel, ranks)
+    experts = expert_layers(request.model.parameters) if ep > 1 else {}
+    expert_names = tuple(f"{name}." for name in experts)
+    # Expert weights are sharded over the data-shard (x cp x pp) ranks, not over tp.
+    per_param = [
+        (p, shard(p.numel, ranks // tp if p.name.startswith(expert_names) and expert_names else ranks))
+        for p in request.model.parameters
+    ]
+    local = sum(n for _, n in per_param)
+    trainable = sum(n for p, n in per_param if p.requires_grad)
     notes = ["assumes configure_model splits every layer over tp", "transient: one block slice gathered by FSDP"]
-    shards = [shard(p.numel, ranks) for p in request.model.parameters if p.requires_grad]
+    shards = [n for p, n in per_param if p.requires_grad]
+    if ep > 1:
+        shard_ranks = dp // max(1, replicate)
+        if shard_ranks % ep:
+            notes.insert(
+                0, f"expert_parallel_size={ep} does not divide {shard_ranks} data-shard ranks: the run would refuse it"
+            )
+        counts = sorted(set(experts.values()))
+        if counts:
+            notes.append(
+                f"experts: {len(experts)} MoE layer(s) of {'/'.join(map(str, counts))} experts, "
+                f"{'/'.join(str(c // ep) for c in counts)} per rank over ep={ep} (not split by tp)"
+            )
+        else:
+            notes.append(f"expert_parallel_size={ep}, but no stacked 'experts' module found: estimated as dense")
     if dp * cp * tp * pp != request.world_size:
         notes.insert(0, f"mesh {dp}x{cp}x{tp}x{pp} != world size {request.world_size}: the run would refuse it")
     if cp > 1:
@@ -70,6 +110,9 @@ def estimate(request: MemoryRequest) -> MemoryEstimate | None:
         layout = f"dp={dp} (replicate {replicate} x shard {dp // replicate}) x tp={tp} x pp={pp}"
     if cp > 1:
         layout += f" x cp={cp}"
+    if ep > 1:
+        per_rank = "/".join(str(c // ep) for c in sorted(set(experts.values())))
+        layout += f", ep={ep} (of dp)" + (f": {per_rank} experts per rank" if per_rank else "")
     return MemoryEstimate(
         parameters=local * size.weights,
         gradients=trainable * size.gradients,
@@ -78,7 +121,9 @@ def estimate(request: MemoryRequest) -> MemoryEstimate | None:
         other=request.model.buffer_bytes,
         transient=gathered_bytes(request, shard(request.model.largest_block, tp))
         + shard(request.model.largest_block, tp) * size.gradients,
-        step=optimizer_step_bytes(request.optimizer, shards, device_type=request.device_type, state_dtype_bytes=size.weights),
+        step=optimizer_step_bytes(
+            request.optimizer, shards, device_type=request.device_type, state_dtype_bytes=size.weights
+        ),
         layout=layout,
         notes=tuple(notes),
     )
