@@ -7,11 +7,13 @@ keeps a wide range, so users install whatever torch fits their machine.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -101,6 +103,20 @@ DURATIONS_DIR = ROOT / "tools" / "test-durations"
 RECORD_DURATIONS = "PHALANX_RECORD_DURATIONS"
 
 
+def _pytest_command(
+    session: nox.Session, name: str, *paths: str, python: str = "python", workers: int = 0
+) -> list[str]:
+    """The pytest command of session ``name`` on ``paths``, on ``workers`` xdist workers (0: none),
+    recording per-test times (JUNIT_DIR) and the slowest tests (--durations: where trimming starts)."""
+    JUNIT_DIR.mkdir(parents=True, exist_ok=True)
+    junit = f"--junitxml={JUNIT_DIR / (name + '.xml')}"
+    durations = f"--phalanx-durations={DURATIONS_DIR / (name + '.json')}"
+    xdist = ["-n", str(workers), *XDIST, durations] if workers else []
+    if workers and os.environ.get(RECORD_DURATIONS) == "1":
+        xdist.append("--phalanx-record-durations")
+    return [python, "-m", "pytest", *paths, "-ra", "--durations=25", junit, *xdist, *session.posargs]
+
+
 def _pytest(
     session: nox.Session,
     *paths: str,
@@ -108,19 +124,80 @@ def _pytest(
     python: str = "python",
     workers: bool = False,
 ) -> None:
-    """Run pytest on ``paths`` (on XDIST's workers if ``workers``), recording per-test times (JUNIT_DIR)."""
-    # --durations: the slowest tests in every CI log, where trimming the suite starts
-    JUNIT_DIR.mkdir(parents=True, exist_ok=True)
-    junit = f"--junitxml={JUNIT_DIR / (session.name + '.xml')}"
-    workers_here = str(MORE_WORKERS.get(session.name, WORKERS))
-    durations = f"--phalanx-durations={DURATIONS_DIR / (session.name + '.json')}"
-    xdist = ["-n", workers_here, *XDIST, durations] if workers else []
-    if workers and os.environ.get(RECORD_DURATIONS) == "1":
-        xdist.append("--phalanx-record-durations")
-    session.run(
-        python, "-m", "pytest", *paths, "-ra", "--durations=25", junit, *xdist, *session.posargs,
-        env=env, external=python != "python",
-    )  # fmt: skip
+    """Run pytest on ``paths`` (on xdist workers if ``workers``): with a guest beside it (BESIDE)
+    started first, on WORKERS workers, else on MORE_WORKERS' count or WORKERS."""
+    guests = [guest for guest, host in BESIDE.items() if host == session.name and _start_guest(session, guest)]
+    count = WORKERS if guests else MORE_WORKERS.get(session.name, WORKERS)
+    command = _pytest_command(session, session.name, *paths, python=python, workers=count if workers else 0)
+    session.run(*command, env={**(env or {}), **_lock_env()}, external=python != "python")
+
+
+#: Sessions whose tests run beside another session's tests in the default run, guest -> host: each
+#: keeps about one core of two busy alone (measured: tests-strategy-torchft 1.16 cores with three
+#: workers, tests-launcher-ray 1.01; integration 1.61, xla 1.12), so side by side they fill the
+#: machine instead of taking turns. When the host begins, the guest's pytest starts in the
+#: background (once its environment, made in the background, is ready) on BESIDE_WORKERS workers;
+#: the guest's own session then waits for it and shows its output. Both hold one machine lock
+#: (SHARED_LOCK), so a timed test of either still has the machine to itself. Run on its own
+#: (`nox -s tests-launcher-ray`), a guest runs as any session does.
+BESIDE = {"tests-launcher-ray": "tests-strategy-torchft", "xla": "integration"}
+BESIDE_WORKERS = {"tests-launcher-ray": 1, "xla": 1}
+#: guest -> its pytest running in the background, the file with its output, when it began.
+_guests: dict[str, tuple[subprocess.Popen[bytes], Path, float]] = {}
+#: guest -> the environment it runs in, its test paths and its variables.
+GUEST_RUNS = {
+    "tests-launcher-ray": ("ray", ["packages/launcher-ray/tests"], {}),
+    # a skip for want of torch-xla fails there (packages/strategy-xla/tests/xla_required.py)
+    "xla": ("xla", ["packages/strategy-xla/tests"], {"PJRT_DEVICE": "CPU", "PHALANX_REQUIRE_TORCH_XLA": "1"}),
+}
+#: The machine lock's folder of the default run, and the variable that names it to
+#: phalanx.testing.scheduling (its SHARED_LOCK; nox's own venv has no phalanx to import it from).
+_LOCK_FOLDER = ROOT / ".nox" / "machine-lock"
+SHARED_LOCK = "PHALANX_MACHINE_LOCK"
+
+
+def _lock_env() -> dict[str, str]:
+    """In the default run (environments made in the background), the variable that makes every
+    pytest run share one machine lock, so that a guest and its host respect each other's timed tests."""
+    if not any(environment.in_background for environment in ENVIRONMENTS.values()):
+        return {}
+    _LOCK_FOLDER.mkdir(parents=True, exist_ok=True)
+    return {SHARED_LOCK: str(_LOCK_FOLDER)}
+
+
+def _start_guest(session: nox.Session, guest: str) -> bool:
+    """Start ``guest``'s pytest in the background if its environment was made in the background."""
+    environment, paths, env = GUEST_RUNS[guest]
+    if not ENVIRONMENTS[environment].in_background:  # not the default run: the guest runs in its turn
+        return False
+    python = ENVIRONMENTS[environment].ready(session)
+    command = _pytest_command(session, guest, *paths, python=python, workers=BESIDE_WORKERS[guest])
+    output = ROOT / ".nox" / f"{guest}.beside.log"
+    session.log(f"{guest}: {' '.join(command)} (beside {session.name}, output in {output})")
+    with output.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                   env={**os.environ, **env, **_lock_env()})  # fmt: skip
+    atexit.register(process.kill)  # nox stopped early (Ctrl-C, a crash): the guest goes with it
+    _guests[guest] = (process, output, time.monotonic())
+    return True
+
+
+def _run_guest(session: nox.Session, *, workers: bool) -> None:
+    """A guest's session: wait for its pytest begun beside its host and show its output, or run it
+    now (on xdist workers if ``workers``) where it was not begun."""
+    if session.name not in _guests:
+        environment, paths, env = GUEST_RUNS[session.name]
+        prepare(session)
+        python = ENVIRONMENTS[environment].ready(session)
+        _pytest(session, *paths, env=env, python=python, workers=workers)
+        return
+    process, output, started = _guests[session.name]
+    session.log(f"waiting for {session.name}'s tests, begun beside {BESIDE[session.name]}")
+    code = process.wait()
+    print(output.read_text(errors="replace"), flush=True)
+    session.log(f"{session.name}'s tests ran {time.monotonic() - started:.0f} s beside {BESIDE[session.name]}")
+    if code != 0:
+        session.error(f"{session.name}'s tests failed (exit {code}; output above, also in {output})")
 
 
 @_session(venv_backend="none")
@@ -168,11 +245,9 @@ for _name in PACKAGES:
 def tests_launcher_ray(session: nox.Session) -> None:
     """packages/launcher-ray on a real local Ray cluster, in a venv of its own made in the background
     (Ray Train's install is large: it stays off the shared environment's critical path): the core,
-    the package with ray[train], and the strategies its runs train under (ddp, fsdp, local_sgd)."""
-    prepare(session)
-    env = ENVIRONMENTS[OWN_ENVIRONMENT["launcher-ray"]]
-    env.ready(session)
-    _pytest(session, "packages/launcher-ray/tests", python=env.python, workers=True)
+    the package with ray[train], and the strategies its runs train under (ddp, fsdp, local_sgd). In
+    the default run its tests run beside tests-strategy-torchft's (BESIDE)."""
+    _run_guest(session, workers=True)
 
 
 @_session(venv_backend="none")
@@ -190,15 +265,9 @@ def integration(session: nox.Session) -> None:
 
 @_session(venv_backend="none")
 def xla(session: nox.Session) -> None:
-    """packages/strategy-xla on real torch-xla (XLA:CPU) in its own venv: torch-xla pins its torch."""
-    prepare(session)
-    env = ENVIRONMENTS["xla"]
-    env.ready(session)
-    # A skip for want of torch-xla fails here (packages/strategy-xla/tests/xla_required.py).
-    _pytest(
-        session, "packages/strategy-xla/tests", env={"PJRT_DEVICE": "CPU", "PHALANX_REQUIRE_TORCH_XLA": "1"},
-        python=env.python,
-    )  # fmt: skip
+    """packages/strategy-xla on real torch-xla (XLA:CPU) in its own venv: torch-xla pins its torch.
+    In the default run its tests run beside integration's (BESIDE)."""
+    _run_guest(session, workers=False)
 
 
 @_session()

@@ -225,6 +225,11 @@ class Environment:
                 log.flush()
                 subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True, cwd=ROOT)
 
+    @property
+    def in_background(self) -> bool:
+        """Whether this run started making it in the background (the default run does)."""
+        return self._future is not None
+
     def ready(self, session: nox.Session) -> str:
         """This environment's python, once made (waited for, or made now in the foreground)."""
         if self._future is None:
@@ -253,7 +258,7 @@ def _xla_steps(python: str) -> list[list[str]]:
     pip = [python, "-m", "pip", "install", "--quiet"]
     return [
         [*pip, *XLA_TORCH],
-        [*pip, _WHEELS["core"], f"{_WHEELS['strategy-xla']}[xla]", *TEST_DEPS],
+        [*pip, _WHEELS["core"], f"{_WHEELS['strategy-xla']}[xla]", *TEST_DEPS, "pytest-xdist>=3"],
         [*pip, "--no-deps", "--force-reinstall", _WHEELS["core"], _WHEELS["strategy-xla"]],
     ]
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 #: Every test notes, while it runs, that it is inside (a file per test in INSIDE), and which worker
@@ -191,3 +192,59 @@ def test_recorded_durations_start_the_longest_tests_first(tmp_path: Path) -> Non
         for _, name, start, _ in (line.split() for line in (tmp_path / "windows").read_text().splitlines())
     )
     assert "test_long" in [name for _, name in windows[:2]], f"the long test did not start first: {windows}"
+
+
+def test_a_timed_test_of_one_run_waits_for_the_tests_of_another_run_sharing_the_lock(tmp_path: Path) -> None:
+    """Two pytest runs side by side (nox's guest sessions) given one SHARED_LOCK folder: the second
+    run's timed test starts only once the first run's test has ended.
+
+    Run A's test, once B has collected (B's conftest notes it), waits up to 3 s for run B's timed
+    test to begin; with the shared lock B cannot begin, so A ends
+    first and B's test finds A's end noted. Without the lock B's test begins during A's wait: A sees
+    it and ends at once, B finds nothing noted, and this test fails on either side.
+    """
+    from phalanx.testing.processes import Job
+    from phalanx.testing.scheduling import SHARED_LOCK
+
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    for name, test in (
+        ("a", "def test_a():\n"
+              "    (FLAGS / 'a_in').touch()\n"
+              "    deadline = time.monotonic() + 120\n"
+              "    while not (FLAGS / 'b_collected').exists():\n"
+              "        assert time.monotonic() < deadline\n"
+              "        time.sleep(0.05)\n"
+              "    until = time.monotonic() + 3\n"
+              "    while time.monotonic() < until and not (FLAGS / 'b_started').exists():\n"
+              "        time.sleep(0.05)\n"
+              "    (FLAGS / 'a_done').touch()\n"),
+        ("b", "@pytest.mark.timing\n"
+              "def test_b():\n"
+              "    (FLAGS / 'b_started').touch()\n"
+              "    assert (FLAGS / 'a_done').exists()\n"),
+    ):  # fmt: skip
+        suite = tmp_path / name
+        suite.mkdir()
+        hook = "def pytest_collection_finish(session):\n    (FLAGS / 'b_collected').touch()\n" if name == "b" else ""
+        header = f"import os, pathlib, time\nimport pytest\nFLAGS = pathlib.Path({str(flags)!r})\n"
+        (suite / "conftest.py").write_text(header + hook)
+        (suite / f"test_{name}.py").write_text(header + test)
+    env = {SHARED_LOCK: str(tmp_path / "lock"), "PYTHONPATH": ""}
+    (tmp_path / "lock").mkdir()
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "1", "--dist", "loadgroup",
+               "-p", "phalanx.testing.scheduling"]  # fmt: skip
+    first = Job([*command, str(tmp_path / "a")], tmp_path, env=env, cwd=tmp_path / "a", name="a", warm=False)
+    try:
+        deadline = time.monotonic() + 120
+        while not (flags / "a_in").exists():  # A's test holds the lock (shared) before B starts
+            assert first.poll() is None and time.monotonic() < deadline, first.output()
+            time.sleep(0.05)
+        second = Job([*command, str(tmp_path / "b")], tmp_path, env=env, cwd=tmp_path / "b", name="b", warm=False)
+        try:
+            assert second.wait(timeout=120) == 0, second.output()
+        finally:
+            second.kill()
+        assert first.wait(timeout=120) == 0, first.output()
+    finally:
+        first.kill()

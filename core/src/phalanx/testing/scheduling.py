@@ -61,10 +61,13 @@ try:
 except ImportError:  # not POSIX: no machine lock (tests then run as xdist schedules them)
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["STARTS_PROCESSES", "ScopeScheduling", "TIMING", "UNKNOWN_SECONDS", "starts_processes"]
+__all__ = ["SHARED_LOCK", "STARTS_PROCESSES", "ScopeScheduling", "TIMING", "UNKNOWN_SECONDS", "starts_processes"]
 
 #: The marker of a test that holds a wall-clock bound: it runs with the machine to itself.
 TIMING = "timing"
+#: A folder for the machine lock shared by several pytest runs at once (two sessions' tests side by
+#: side): a timed test of either then waits for the other's tests too. Unset: each run has its own.
+SHARED_LOCK = "PHALANX_MACHINE_LOCK"
 #: The unit of work of every timed test (outside a job-running fixture's unit): one block, first.
 _TIMED_UNIT = "tests marked timing"
 #: What a test missing from the durations file is assumed to take (a new test: most are quick).
@@ -250,7 +253,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     timed = _timed(item)
     if not _held:
         stack = contextlib.ExitStack()
-        stack.enter_context(_machine(Path(folder), exclusive=timed))
+        stack.enter_context(_machine(Path(os.environ.get(SHARED_LOCK) or folder), exclusive=timed))
         _held.append(stack)
     try:
         return (yield)
