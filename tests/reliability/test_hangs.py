@@ -7,9 +7,10 @@ callback returns; the report must appear within 60 s of the hang and name, from 
 recorder, the callback's line on rank 0 and the training step on rank 1 at the same collective;
 then SIGTERM to the launcher must end every process within 30 s with exit code 143. The ddp case (a
 rank-0-only ``all_gather`` the other rank never joins, stuck in the callback) also passes
-``hang_report_after=10`` and holds the report to 18 s of it: the one tight wall-clock bound here,
-so only it is marked ``timing`` (the machine to itself under xdist); the others wait on events with
-generous limits. SIGTERM during a hang is tested under ddp_spawn and torchrun too.
+``hang_report_after=10`` and holds the report to 35 s of the hang: well under the default 50 s, so
+a setting that is not honoured fails, with the margin a loaded machine needs (no test here is marked
+``timing``: each waits asleep for most of its run, and the other xdist worker keeps working); the
+others wait on events with generous limits. SIGTERM during a hang is tested under ddp_spawn and torchrun too.
 """
 
 from __future__ import annotations
@@ -66,7 +67,6 @@ def _wait_until(condition: object, job: Job, timeout: float, what: str) -> float
     return time.monotonic()
 
 
-@pytest.mark.timing  # a report within 18 s of a 10 s setting: it runs with the machine to itself
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(
     ("strategy", "rank0_line", "report_after"),
@@ -85,7 +85,7 @@ def test_rank0_only_collective_is_reported_within_a_minute_and_sigterm_ends_the_
         # optional footer: once that line is there, the report is whole.
         _wait_until(lambda: "docs/reliability.md.\n" in _report(job), job, 30, "the report's end")
         report = _report(job)
-        bound = 60.0 if report_after is None else report_after + 8  # the defaults: within a minute
+        bound = 60.0 if report_after is None else report_after + 25  # the defaults: within a minute
         assert reported - hung <= bound, f"report after {reported - hung:.1f} s"
         assert f"hang.py:{_line_of(rank0_line)} in on_validation_epoch_end" in report, report
         rank1 = report[report.index("  rank 1 (") :]
