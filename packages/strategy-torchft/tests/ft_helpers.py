@@ -11,16 +11,16 @@ import torch
 
 from phalanx.testing.processes import Job
 
-__all__ = ["SCRIPTS", "assert_same", "committed_steps", "load_json", "replay", "start_fit", "weights"]
+__all__ = ["SCRIPTS", "assert_same", "committed_steps", "diloco_replay", "load_json", "replay", "start_fit", "weights"]
 
 SCRIPTS = Path(__file__).parent / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
-from ft_common import replay  # noqa: E402 - the scripts' own module, importable once its folder is on the path
+from ft_common import diloco_replay, replay  # noqa: E402 - the scripts' own module, importable once its folder is on the path
 
 
 def start_fit(out: Path, epochs: int, *, env: dict[str, str] | None = None, name: str = "", **options: Any) -> Job:
-    """Start ``ft_fit.py``: a local ft_ddp run (it starts the lighthouse and every group itself),
+    """Start ``ft_fit.py``: a local ft_ddp (ft_hsdp, ft_diloco) run (it starts the lighthouse and every group itself),
     or, with ``PHALANX_FT_REPLICA_GROUP`` in ``env``, one group of a job whose groups start apart."""
     command = [sys.executable, str(SCRIPTS / "ft_fit.py"), str(out), str(epochs), json.dumps(options)]
     job_env = {"OMP_NUM_THREADS": "1", "RUST_LOG": "warn", **(env or {})}

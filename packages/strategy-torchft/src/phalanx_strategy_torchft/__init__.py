@@ -1,6 +1,6 @@
-"""Fault-tolerant replica groups for phalanx with torchft (``ft_ddp``, ``ft_hsdp``).
+"""Fault-tolerant replica groups for phalanx with torchft (``ft_ddp``, ``ft_hsdp``, ``ft_diloco``).
 
-``FTDDPStrategy`` and ``FTHSDPStrategy`` are imported lazily so that discovering this plugin (which imports the package to
+The strategy classes are imported lazily so that discovering this plugin (which imports the package to
 reach ``_plugin``) imports neither torch nor torchft.
 """
 
@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["FTDDPStrategy", "FTHSDPStrategy"]
+__all__ = ["FTDDPStrategy", "FTDiLoCoStrategy", "FTHSDPStrategy"]
 
 if TYPE_CHECKING:
+    from phalanx_strategy_torchft.diloco import FTDiLoCoStrategy
     from phalanx_strategy_torchft.hsdp import FTHSDPStrategy
     from phalanx_strategy_torchft.strategy import FTDDPStrategy
 
@@ -20,6 +21,10 @@ def __getattr__(name: str) -> Any:
         from phalanx_strategy_torchft.strategy import FTDDPStrategy
 
         return FTDDPStrategy
+    if name == "FTDiLoCoStrategy":
+        from phalanx_strategy_torchft.diloco import FTDiLoCoStrategy
+
+        return FTDiLoCoStrategy
     if name == "FTHSDPStrategy":
         from phalanx_strategy_torchft.hsdp import FTHSDPStrategy
 

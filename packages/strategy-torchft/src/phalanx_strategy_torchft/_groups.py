@@ -135,8 +135,8 @@ class ReplicaGroupsLauncher(Launcher):
         while not self._stop.wait(_POLL_SECONDS):
             for group, proc in list(self.groups.items()):
                 code = proc.poll()
-                if code in (None, 0) or self._stop.is_set():
-                    continue
+                if code in (None, 0) or isinstance(proc, _Finished) or self._stop.is_set():
+                    continue  # running, done, or already given up on
                 done = self.restarts.get(group, 0)
                 lighthouse_dead = self.lighthouse is not None and not self.lighthouse.alive()
                 if done >= self.config.max_restarts or lighthouse_dead:

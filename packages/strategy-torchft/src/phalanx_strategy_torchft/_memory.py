@@ -2,6 +2,10 @@
 ``ft_hsdp`` the FSDP2 shards of its group plus the flat gradient buffer, and one gathered unit in
 forward and backward (``transient``); the optimizer's temporaries are per local shard (``step``).
 
+``ft_diloco`` holds ft_ddp's replica plus the global weights of the last sync (torchft keeps them
+in host memory, ``cpu``), the outer optimizer's state (Nesterov SGD: one momentum per weight, on
+the device) and, during a sync, the pseudo-gradient of the fragment being synchronised (``step``).
+
 torchft adds a copy of the state only while a peer heals from this rank (the state it serves),
 which is transient and not counted. A request's world is one replica group (the Trainer's world).
 """
@@ -9,6 +13,7 @@ which is transient and not counted. A request's world is one replica group (the 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from phalanx.memory import (
     MemoryEstimate,
@@ -23,6 +28,7 @@ __all__ = ["estimate"]
 
 _TARGET = "phalanx_strategy_torchft.strategy:FTDDPStrategy"
 _HSDP_TARGET = "phalanx_strategy_torchft.hsdp:FTHSDPStrategy"
+_DILOCO_TARGET = "phalanx_strategy_torchft.diloco:FTDiLoCoStrategy"
 
 
 def estimate(request: MemoryRequest) -> MemoryEstimate | None:
@@ -30,6 +36,8 @@ def estimate(request: MemoryRequest) -> MemoryEstimate | None:
     group's shards (``ft_hsdp``)."""
     if request.target == _HSDP_TARGET:
         return _sharded(request)
+    if request.target == _DILOCO_TARGET:
+        return _diloco(request)
     if request.target != _TARGET:
         return None
     buckets = request.model.trainable_numel * request.bytes.gradients
@@ -62,10 +70,35 @@ def _sharded(request: MemoryRequest) -> MemoryEstimate:
         activations=activation_estimate(request),
         other=request.model.buffer_bytes + flat,
         transient=gathered,
-        step=optimizer_step_bytes(request.optimizer, shards, device_type=request.device_type, state_dtype_bytes=size.weights),
+        step=optimizer_step_bytes(
+            request.optimizer, shards, device_type=request.device_type, state_dtype_bytes=size.weights
+        ),
         layout=f"sharded x{ranks} in each replica group, replicated across groups",
         notes=(
             f"transient: {'largest wrapped unit' if wrapped else 'whole model (one unit)'} gathered; "
             "other: the flat gradient shard torchft all-reduces",
         ),
+    )
+
+
+def _diloco(request: MemoryRequest) -> MemoryEstimate:
+    """ft_ddp's replica, plus the global weights (host memory), the outer momentum and a fragment's
+    pseudo-gradient during a sync (the default outer optimizer; another one's state is not modelled)."""
+    trainable = request.model.trainable_numel * request.bytes.weights
+    fragments = request.init_params.get("num_fragments", 1)
+    fragments = fragments if isinstance(fragments, int) and fragments > 0 else 1
+    base = replicated_estimate(
+        request,
+        layout=f"replicated x{request.world_size} (replica groups x ranks per group)",
+        other=request.model.trainable_numel * request.bytes.gradients,
+        notes=(
+            "other: DDP gradient buckets (a 2nd copy); optimizer_states: inner optimizer + outer Nesterov momentum; "
+            "cpu: the global weights of the last sync; step: one fragment's pseudo-gradient",
+        ),
+    )
+    return replace(
+        base,
+        optimizer_states=base.optimizer_states + trainable,
+        cpu=trainable,
+        step=max(base.step, math.ceil(trainable / fragments)),
     )

@@ -1,7 +1,7 @@
-"""The ``torchft`` plugin's hook implementations: the ``ft_ddp`` and ``ft_hsdp`` names and their requirements.
+"""The ``torchft`` plugin's hook implementations: the ``ft_ddp``, ``ft_hsdp`` and ``ft_diloco`` names and their requirements.
 
 Imports no torch and no torchft: listing strategies runs these hooks and must stay fast, and a
-machine without torchft must still list both names (as unavailable, with the pip command that
+machine without torchft must still list every name (as unavailable, with the pip command that
 fixes it). The target is a string resolved only when the strategy is selected.
 """
 
@@ -19,12 +19,13 @@ __all__ = ["phalanx_estimate_memory", "phalanx_register_strategies"]
 
 TARGET = "phalanx_strategy_torchft.strategy:FTDDPStrategy"
 HSDP_TARGET = "phalanx_strategy_torchft.hsdp:FTHSDPStrategy"
+DILOCO_TARGET = "phalanx_strategy_torchft.diloco:FTDiLoCoStrategy"
 REQUIRES = ("torch>=2.7", "torchft>=0.2")
 
 
 @hookimpl
 def phalanx_register_strategies(registry: Registry) -> None:
-    """Register ``ft_ddp`` and ``ft_hsdp``: replica groups that fail and heal without stopping the job."""
+    """Register ``ft_ddp``, ``ft_hsdp`` and ``ft_diloco``: replica groups that fail and heal without stopping the job."""
     registry.register(
         "ft_ddp",
         TARGET,
@@ -39,11 +40,19 @@ def phalanx_register_strategies(registry: Registry) -> None:
         "all-reduce across groups; a restarted group heals rank by rank from a live peer",
         requires=REQUIRES,
     )
+    registry.register(
+        "ft_diloco",
+        DILOCO_TARGET,
+        "torchft fault-tolerant DiLoCo: replica groups train apart (DDP inside) and average their "
+        "pseudo-gradients every sync_every steps for an outer optimizer step; streaming fragments",
+        requires=REQUIRES,
+    )
 
 
 @hookimpl
 def phalanx_estimate_memory(request: MemoryRequest) -> MemoryEstimate | None:
-    """``ft_ddp`` holds a full replica per rank (like ddp) plus the buckets; ``ft_hsdp`` a shard (like fsdp)."""
+    """``ft_ddp`` holds a full replica per rank (like ddp) plus the buckets; ``ft_hsdp`` a shard (like fsdp);
+    ``ft_diloco`` ft_ddp's replica plus the global weights (in host memory) and the outer optimizer state."""
     from phalanx_strategy_torchft._memory import estimate
 
     return estimate(request)

@@ -247,7 +247,9 @@ class FTDDPStrategy(ParallelStrategy):
         wrapped.register_comm_hook((self._manager, self.group_size), ft_comm_hook)
         return wrapped
 
-    def _create_manager(self) -> Any:
+    def _create_manager(self, *, init_sync: bool = True) -> Any:
+        """This group's torchft Manager. ``init_sync``: whether a quorum at torchft step 0 makes every
+        group but the first heal from it (torchft's option; ft_diloco turns it off, see its docstring)."""
         from torchft import Manager
         from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL
 
@@ -276,6 +278,7 @@ class FTDDPStrategy(ParallelStrategy):
             lighthouse_addr=self._require_lighthouse(),
             replica_id=f"phalanx_ft_group_{self.replica_group_id}",
             hostname=socket.gethostname(),
+            init_sync=init_sync,
         )
 
     def setup(self, trainer: Any) -> None:

@@ -1,15 +1,17 @@
-"""Shared pieces of the torchft test scripts and tests: one model, one dataset, the replay reference.
+"""Shared pieces of the torchft test scripts and tests: one model, one dataset, the replay references.
 
 The phalanx run and the plain-PyTorch reference see the same initial weights, the same shards
 (DistributedSampler over all ranks of all groups) and the same optimizer, so the reference can
-replay exactly the steps that committed, with the groups that took part in each.
+replay exactly the steps that committed, with the groups that took part in each (``replay`` for
+ft_ddp / ft_hsdp, ``diloco_replay`` for ft_diloco).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -36,6 +38,15 @@ def build_layers() -> nn.Sequential:
 def loss_fn(net: nn.Module, batch: Any) -> torch.Tensor:
     x, y = batch
     return nn.functional.mse_loss(net(x), y)
+
+
+def inner_optimizer(name: str, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    """The Module's optimizer: ``"sgd"``, ``"adamw"``, or Adam (what the ft_ddp tests use)."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=LR)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=LR)
+    return torch.optim.Adam(params, lr=LR)
 
 
 def write_json(path: str, payload: dict[str, Any]) -> None:
@@ -86,3 +97,95 @@ def replay(
             torch.nn.utils.clip_grad_norm_(net.parameters(), clip)
         optimizer.step()
     return {k: v.detach().clone() for k, v in net.state_dict().items()}
+
+
+def diloco_replay(
+    steps: int,
+    syncs: Sequence[tuple[bool, Sequence[int]]],
+    world: int,
+    *,
+    sync_every: int,
+    fragments: Sequence[Sequence[str]],
+    delay: int = 0,
+    inner: str = "adamw",
+    resume: tuple[int, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Plain PyTorch DiLoCo over ``world`` groups of one rank each, up to inner step ``steps``.
+
+    Every group trains its own copy with its own inner optimizer on its shard. Fragment ``f``
+    (torchft's step, the count of committed syncs, mod the number of fragments) syncs every
+    ``sync_every // len(fragments)`` inner steps: its pseudo-gradient (global minus local weights)
+    is taken ``delay`` steps before the sync and averaged over the groups ``syncs[i]`` names; if
+    the sync commits, Nesterov SGD (lr 0.7, momentum 0.9: one optimizer per fragment) steps the
+    global weights with it. Either way every group then continues from the global weights of that
+    fragment. ``resume`` is ``(step, checkpoint)``: start at that step with every group holding the
+    checkpoint's weights and inner optimizer state, and its DiLoCo state (``syncs`` then lists the
+    syncs from there on).
+
+    Returns:
+        ``groups``: each group's weights after the last step (the global weights of each fragment
+        plus the group's inner steps since that fragment's last sync); ``global``: the global
+        weights; ``outer``: the outer optimizers' state dicts.
+    """
+    torch.manual_seed(SEED)
+    start = nn.Sequential()
+    start.add_module("net", build_layers())
+    global_params = {name: nn.Parameter(p.detach().clone()) for name, p in start.named_parameters()}
+    outers = [
+        torch.optim.SGD([global_params[name] for name in names], lr=0.7, momentum=0.9, nesterov=True)
+        for names in fragments
+    ]
+    groups = [copy.deepcopy(start) for _ in range(world)]
+    inners = [inner_optimizer(inner, net.parameters()) for net in groups]
+    interval = sync_every // len(fragments)
+    per_epoch = SAMPLES // world // BATCH_SIZE
+    first, local, done, ft_step = 0, 0, 0, 0
+    if resume is not None:
+        first, checkpoint = resume
+        state = checkpoint["diloco"]
+        with torch.no_grad():
+            for name, value in state["original_parameters"].items():
+                global_params[name].copy_(value)
+        for outer, outer_state in zip(outers, state["outer_optimizers"]):
+            outer.load_state_dict(outer_state)
+        for net, optimizer in zip(groups, inners):
+            net.load_state_dict(checkpoint["state_dict"])
+            optimizer.load_state_dict(copy.deepcopy(checkpoint["optimizer_states"][0]))  # a state of its own
+        local, ft_step = state["local_step"], state["manager"]["step"]
+    pseudo: dict[str, torch.Tensor] = {}
+    for step in range(first, steps):
+        epoch, batch_idx = divmod(step, per_epoch)
+        for rank, (net, optimizer) in enumerate(zip(groups, inners)):
+            optimizer.zero_grad()
+            loss_fn(net.net, shard_batch(world, rank, epoch, batch_idx)).backward()
+            optimizer.step()
+        local += 1
+        fragment = ft_step % len(fragments)
+        names = fragments[fragment]
+        if local == interval - delay:
+            ranks = syncs[done][1]
+            with torch.no_grad():
+                for name in names:
+                    deltas = [global_params[name] - dict(groups[r].named_parameters())[name] for r in ranks]
+                    total = deltas[0].clone()
+                    for other in deltas[1:]:
+                        total += other
+                    pseudo[name] = total / len(ranks)
+        if local == interval:
+            if syncs[done][0]:
+                for name in names:
+                    global_params[name].grad = pseudo[name]
+                outers[fragment].step()
+                outers[fragment].zero_grad()
+                ft_step += 1
+            with torch.no_grad():
+                for net in groups:
+                    params = dict(net.named_parameters())
+                    for name in names:
+                        params[name].copy_(global_params[name])
+            local, done = 0, done + 1
+    return {
+        "groups": [{k: v.detach().clone() for k, v in net.state_dict().items()} for net in groups],
+        "global": {k: v.detach().clone() for k, v in global_params.items()},
+        "outer": [outer.state_dict() for outer in outers],
+    }

@@ -1,13 +1,18 @@
-"""Train with ft_ddp (or ft_hsdp); every group's rank writes its weights, commit log and heal log.
+"""Train with ft_ddp (or ft_hsdp, ft_diloco); every group's rank writes its weights, commit log and heal log.
 
 Usage: python ft_fit.py OUT_DIR EPOCHS [options as JSON]
-Options: hsdp (use ft_hsdp: FSDP2 inside each group), wrap_linear (ft_hsdp: each Linear its own unit), devices, replica_groups, min_replicas, timeout, quorum_timeout, lighthouse, max_restarts,
+Options: hsdp (use ft_hsdp: FSDP2 inside each group), wrap_linear (ft_hsdp: each Linear its own unit),
+diloco (use ft_diloco with these options), inner ("sgd" / "adamw": the Module's optimizer, else Adam),
+devices, replica_groups, min_replicas, timeout, quorum_timeout, lighthouse, max_restarts,
 accumulate / clip (Trainer's accumulate_grad_batches / gradient_clip_val),
 kill_group / kill_step (SIGKILL that group's processes, every rank, during that step, once), step_sleep (seconds
 per step, so a restarted group finds the others still training), alone_sleep (seconds per step
 while the previous step committed with one group only: the survivor waits for the restarted group
 without slowing the rest of the run), heal_after_alone (the restarted group waits before its fit
-until the survivor has committed a step alone, so the drop is seen however fast the restart is).
+until the survivor has committed a step alone, so the drop is seen however fast the restart is),
+kill_after_sync (the killed group dies only once group 0 has committed this many syncs, so the
+syncs before the kill include it on every run), save_at_step / resume (write a checkpoint when
+global_step reaches it; then fit again from that checkpoint and write ``*_resumed.json``).
 """
 
 from __future__ import annotations
@@ -20,8 +25,8 @@ import time
 from typing import Any
 
 import torch
-from ft_common import BATCH_SIZE, LR, SEED, build_layers, dataset, loss_fn, write_json
-from phalanx_strategy_torchft import FTDDPStrategy, FTHSDPStrategy
+from ft_common import BATCH_SIZE, SEED, build_layers, dataset, inner_optimizer, loss_fn, write_json
+from phalanx_strategy_torchft import FTDDPStrategy, FTDiLoCoStrategy, FTHSDPStrategy
 from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader
 
@@ -34,6 +39,9 @@ OPTIONS: dict[str, Any] = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
 ALONE = os.path.join(OUT, "committed_alone")
 #: How long a restarted group waits for ALONE before it joins anyway (the test then fails on the log).
 ALONE_WAIT_SECONDS = 60.0
+#: The checkpoint save_at_step writes (the first fit) and resume reads (the second).
+CHECKPOINT = os.path.join(OUT, "mid.ckpt")
+RESUMING = False  # the second fit (resume) saves no checkpoint
 
 
 class Net(phalanx.Module):
@@ -53,12 +61,18 @@ class Net(phalanx.Module):
         ):
             with open(marker, "w") as fh:
                 fh.write(str(time.time()))
+            if "kill_after_sync" in OPTIONS:
+                wait_for_file(os.path.join(OUT, f"synced_{OPTIONS['kill_after_sync']}"))
             os.kill(os.getpid(), signal.SIGKILL)  # after the quorum, before the all-reduce: mid-step
         if self.trainer.global_rank == 0 and self.trainer.global_step == OPTIONS.get("mark_step"):
             write_json(os.path.join(OUT, "stepped"), {"global_step": self.trainer.global_step})  # training is under way
         if OPTIONS.get("step_sleep"):
             time.sleep(OPTIONS["step_sleep"])
         log = strategy.commit_log
+        if "kill_after_sync" in OPTIONS and strategy.replica_group_id == 0 and self.trainer.global_rank == 0:
+            synced = os.path.join(OUT, f"synced_{sum(e['committed'] for e in log)}")
+            if not os.path.exists(synced):
+                write_json(synced, {"global_step": self.trainer.global_step})
         alone = bool(log) and log[-1]["committed"] and log[-1]["participants"] == 1
         if OPTIONS.get("heal_after_alone") and alone and self.trainer.global_rank == 0 and not os.path.exists(ALONE):
             write_json(ALONE, {"group": strategy.replica_group_id, "global_step": log[-1]["global_step"]})
@@ -67,13 +81,24 @@ class Net(phalanx.Module):
         return loss_fn(self.net, batch)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.parameters(), lr=LR)
+        return inner_optimizer(OPTIONS.get("inner", "adam"), self.parameters())
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.trainer.global_step == OPTIONS.get("save_at_step") and not RESUMING:
+            self.trainer.save_checkpoint(CHECKPOINT)
 
     def on_train_start(self) -> None:
         launcher = self.trainer.strategy.launcher
         lighthouse = getattr(getattr(launcher, "lighthouse", None), "proc", None)
         if lighthouse is not None:
             write_json(os.path.join(OUT, "lighthouse.json"), {"pid": lighthouse.pid})
+
+
+def wait_for_file(path: str) -> None:
+    """Wait for a file another group writes (bounded: a missing file fails the test's assertions)."""
+    deadline = time.monotonic() + ALONE_WAIT_SECONDS
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def wait_until_the_survivor_committed_alone() -> None:
@@ -94,9 +119,8 @@ def wait_until_the_survivor_committed_alone() -> None:
         time.sleep(0.05)  # polls the file the survivor writes, it does not guess a delay
 
 
-if __name__ == "__main__":
-    if OPTIONS.get("heal_after_alone") and os.path.exists(os.path.join(OUT, "killed")):
-        wait_until_the_survivor_committed_alone()
+def fit(ckpt_path: str | None = None, suffix: str = "") -> None:
+    """One fit in every group; each rank writes ``group{g}_rank{r}{suffix}.json``."""
     torch.manual_seed(SEED)
     model = Net()
     kwargs = {
@@ -106,7 +130,10 @@ if __name__ == "__main__":
     }
     if OPTIONS.get("wrap_linear"):  # ft_hsdp: every Linear its own FSDP2 unit
         kwargs["auto_wrap_policy"] = [torch.nn.Linear]
-    strategy_class = FTHSDPStrategy if OPTIONS.get("hsdp") else FTDDPStrategy
+    strategy_class: type[FTDDPStrategy] = FTHSDPStrategy if OPTIONS.get("hsdp") else FTDDPStrategy
+    if "diloco" in OPTIONS:
+        strategy_class = FTDiLoCoStrategy
+        kwargs.update(OPTIONS["diloco"])
     strategy = strategy_class(timeout=OPTIONS.get("timeout", 3.0), **kwargs)
     trainer = phalanx.Trainer(
         accelerator="cpu", devices=OPTIONS.get("devices", 1), strategy=strategy, max_epochs=EPOCHS,
@@ -114,8 +141,8 @@ if __name__ == "__main__":
         accumulate_grad_batches=OPTIONS.get("accumulate", 1), gradient_clip_val=OPTIONS.get("clip"),
     )  # fmt: skip
     started = time.time()
-    trainer.fit(model, DataLoader(dataset(), batch_size=BATCH_SIZE, shuffle=True))
-    name = f"group{strategy.replica_group_id}_rank{trainer.global_rank}"
+    trainer.fit(model, DataLoader(dataset(), batch_size=BATCH_SIZE, shuffle=True), ckpt_path=ckpt_path)
+    name = f"group{strategy.replica_group_id}_rank{trainer.global_rank}{suffix}"
     params = dict(model.named_parameters())
     sharded = {k: list(v.to_local().shape) for k, v in params.items() if isinstance(v, DTensor)}
     state = {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in model.state_dict().items()}
@@ -127,6 +154,7 @@ if __name__ == "__main__":
             "sharded": sharded,
             "commit_log": strategy.commit_log,
             "heal_log": strategy.heal_log,
+            "fragments": getattr(strategy, "fragments", None),
             "global_step": trainer.global_step,
             "pid": os.getpid(),
             "fit_seconds": time.time() - started,
@@ -134,3 +162,12 @@ if __name__ == "__main__":
             "restarted": os.path.exists(os.path.join(OUT, "killed")),
         },
     )
+
+
+if __name__ == "__main__":
+    if OPTIONS.get("heal_after_alone") and os.path.exists(os.path.join(OUT, "killed")):
+        wait_until_the_survivor_committed_alone()
+    fit()
+    if OPTIONS.get("resume"):
+        RESUMING = True
+        fit(ckpt_path=CHECKPOINT, suffix="_resumed")
