@@ -103,15 +103,16 @@ def test_pipeline_schedules_match_one_process(
     assert max(float((v - make_net(depth=depth).state_dict()[k]).abs().max()) for k, v in reference.items()) > 1e-3
 
 
-def test_v_schedule_validates_and_predicts_from_rank_zero(pipeline_schedules_2: Path) -> None:
-    """Under ZB-V the last stage is on pipeline rank 0: validation losses and predictions come from
-    there, on both ranks, equal to the trained model's on one process."""
-    _, net = single_process(1, depth=3, batches=4)
+@pytest.mark.parametrize(("tag", "depth"), [("s_interleaved_1f1b", 3), ("s_zbv_zero_bubble", 3)])
+def test_multi_stage_schedules_validate_and_predict(pipeline_schedules_2: Path, tag: str, depth: int) -> None:
+    """Forward-only runs of the loop and V layouts (under ZB-V the last stage is on pipeline rank 0):
+    validation losses and predictions reach both ranks, equal to the trained model's on one process."""
+    _, net = single_process(1, depth=depth, batches=4)
     x, _ = next(iter(loader(1)))
     with torch.no_grad():
         val = [float(loss_fn(net(bx), by)) for bx, by in list(loader(1))[:2]]
         expected = net(x).flatten().tolist()
-    results = read_ranks(pipeline_schedules_2, "s_zbv_zero_bubble", 2)
+    results = read_ranks(pipeline_schedules_2, tag, 2)
     for result in results:
         assert _worst(result["val_losses"][-2:], val) <= 1e-5  # the validation after the last step
         assert max(abs(a - b) for a, b in zip(result["predictions"][0], expected)) <= 1e-5
