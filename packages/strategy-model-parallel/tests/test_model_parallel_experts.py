@@ -2,9 +2,10 @@
 
 Two jobs: 2 ranks (EP 2 trains an epoch and saves a DCP checkpoint; EP 1 resumes from it for a
 second epoch and saves; two bad models), then 4 ranks (dp 4 x ep 2 trains an epoch; then resumes
-from the EP 1 checkpoint for a third). Every per-step loss (the mean over data-parallel ranks of
-task + load-balancing loss) and the final weights are compared with one process training the same
-MoE network on the global batches, computed in the test.
+from the EP 1 checkpoint for a third; ep 2 with tp 2, with HSDP and with cp 2). Every per-step loss
+(the mean over data (x context) parallel ranks of task + load-balancing loss) and the final weights
+are compared with one process training the same MoE network on the global batches, computed in
+the test.
 """
 
 from __future__ import annotations
@@ -42,10 +43,17 @@ def moe_2(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def moe_4(moe_2: Path) -> Path:
-    """4 ranks, dp 4 x ep 2: one epoch from scratch; then epoch 3 resumed from the EP 1 checkpoint."""
+    """4 ranks, dp 4 x ep 2: one epoch from scratch; epoch 3 resumed from the EP 1 checkpoint; ep 2 with
+    tp 2, with HSDP (2 replicas x 2 shards) and with cp 2, one epoch each."""
     common = {"devices": 4, "dp": 4, "ep": 2}
-    runs = [{**common, "tag": "d4e2"}, {**common, "tag": "r4e2", "epochs": 3, "resume": "ck_ep1"}]
-    run_script("train_moe.py", str(moe_2), json.dumps(runs), timeout=240)
+    runs = [
+        {**common, "tag": "d4e2"},
+        {**common, "tag": "r4e2", "epochs": 3, "resume": "ck_ep1"},
+        {**common, "tag": "tp2ep2", "dp": 2, "tp": 2},
+        {**common, "tag": "hsdp_ep2", "rep": 2, "dp": 2},
+        {**common, "tag": "cp2ep2", "dp": 2, "cp": 2},
+    ]
+    run_script("train_moe.py", str(moe_2), json.dumps(runs), timeout=280)
     return moe_2
 
 
@@ -82,6 +90,18 @@ def test_data_parallel_4_times_expert_parallel_2_matches_one_process(moe_4: Path
     for result in results:  # 2 experts per ep rank, FSDP-sharded over the 2 ranks holding the same ones
         assert result["local_experts"] == EXPERTS // 4
     assert len({tuple(r["losses"]) for r in results}) == 4  # data differs over all four dp ranks
+
+
+@pytest.mark.parametrize(
+    ("tag", "local_experts"),
+    [("tp2ep2", EXPERTS // 2), ("hsdp_ep2", EXPERTS // 2), ("cp2ep2", EXPERTS // 4)],
+)
+def test_expert_parallel_composes_with_tensor_hybrid_and_context_parallel(
+    moe_4: Path, tag: str, local_experts: int
+) -> None:
+    """Experts replicated over tp ranks, over HSDP replicas, FSDP-sharded over the cp ranks of their dp rank."""
+    for result in _check(moe_4, tag, 4, epochs=1):
+        assert result["local_experts"] == local_experts, result
 
 
 def test_checkpoint_reshards_from_expert_parallel_2_to_1_and_back(moe_4: Path) -> None:

@@ -11,26 +11,27 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, TensorDataset
 
 from phalanx_strategy_model_parallel import MoE
 
-DIM, HIDDEN, EXPERTS, TOP_K = 8, 8, 4, 2
+DIM, HIDDEN, EXPERTS, TOP_K, SEQ = 8, 8, 4, 2, 4
 SAMPLES, GLOBAL_BATCH, LR, AUX_COEF = 32, 8, 0.1, 0.1
 
 
 class MoENet(nn.Module):
-    """Linear -> tanh -> residual MoE -> linear head; ~600 parameters."""
+    """Causal self-attention (SDPA, so context parallel can split sequences) -> residual MoE -> head; ~800 parameters."""
 
     def __init__(self, num_experts: int = EXPERTS) -> None:
         super().__init__()
         torch.manual_seed(0)
-        self.inp = nn.Linear(DIM, DIM)
+        self.qkv = nn.Linear(DIM, 3 * DIM)
         self.moe = MoE(DIM, HIDDEN, num_experts, TOP_K)
         self.head = nn.Linear(DIM, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.tanh(self.inp(x))
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        h = x + F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.head(h + self.moe(h))
 
 
@@ -45,14 +46,13 @@ def make_optimizer(params: Any) -> torch.optim.Optimizer:
 
 def dataset() -> TensorDataset:
     generator = torch.Generator().manual_seed(7)
-    return TensorDataset(torch.randn(SAMPLES, DIM, generator=generator), torch.randn(SAMPLES, 1, generator=generator))
+    x = torch.randn(SAMPLES, SEQ, DIM, generator=generator)
+    return TensorDataset(x, torch.randn(SAMPLES, SEQ, 1, generator=generator))
 
 
-def loader(dp_size: int, dp_rank: int | None = None) -> DataLoader:
-    """Per-rank batches of GLOBAL_BATCH / dp; with dp_rank, sharded as DistributedSampler does."""
-    data = dataset()
-    sampler = None if dp_rank is None else DistributedSampler(data, num_replicas=dp_size, rank=dp_rank, shuffle=False)
-    return DataLoader(data, batch_size=GLOBAL_BATCH // dp_size, shuffle=False, sampler=sampler)
+def loader(dp_size: int) -> DataLoader:
+    """Batches of GLOBAL_BATCH / dp (the Trainer adds the DistributedSampler over data-parallel ranks)."""
+    return DataLoader(dataset(), batch_size=GLOBAL_BATCH // dp_size, shuffle=False)
 
 
 def single_process(epochs: int) -> tuple[list[float], dict[str, torch.Tensor]]:

@@ -1,7 +1,8 @@
 """Train ``MoENet`` with expert parallel; record losses, the experts each rank holds, the weights.
 
 ``python train_moe.py OUT CONFIG_JSON``; CONFIG is a list of runs done in order by every rank,
-each a dict: ``tag``, ``devices``, ``dp``, ``ep`` (expert_parallel_size), ``epochs``, ``resume``
+each a dict: ``tag``, ``devices``, ``dp``, ``ep`` (expert_parallel_size), ``tp``, ``cp``, ``rep``
+(data_parallel_replicate_size, with ``dp`` then the shard size), ``epochs``, ``resume``
 (a checkpoint name in OUT), ``save`` (a DCP checkpoint name written after fit), ``model`` (a key
 of MODELS) and ``expect_error`` (the run must raise; its message is recorded). Each rank writes
 ``OUT/<tag>_rank<r>.json``; rank 0 writes the gathered weights to ``OUT/<tag>_weights.pt``.
@@ -53,9 +54,8 @@ class MoEModule(phalanx.Module):
         loss = loss_fn(self.net, self.net(x), y)
         self.losses.append(float(loss.detach()))
         value = loss.detach().clone()
-        group = self.trainer.strategy.fsdp_mesh.get_group()  # data parallel: the ranks with different data
-        dist.all_reduce(value, group=group)
-        self.global_losses.append(float(value) / dist.get_world_size(group))
+        dist.all_reduce(value)  # tp peers hold equal losses: the world mean is the mean over dp x cp ranks
+        self.global_losses.append(float(value) / dist.get_world_size())
         return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -77,8 +77,14 @@ MODELS = {"moe": MoEModule, "three": ThreeExperts, "noep": NoExpertParallel}
 
 
 def one_run(out: str, run: dict[str, Any]) -> None:
+    dp: dict[str, Any] = {"data_parallel_size": run["dp"]}
+    if run.get("rep"):
+        dp = {"data_parallel_replicate_size": run["rep"], "data_parallel_shard_size": run["dp"]}
     strategy = ModelParallelStrategy(
-        data_parallel_size=run["dp"], tensor_parallel_size=1, expert_parallel_size=run.get("ep", 1)
+        **dp,
+        tensor_parallel_size=run.get("tp", 1),
+        context_parallel_size=run.get("cp", 1),
+        expert_parallel_size=run.get("ep", 1),
     )
     trainer = phalanx.Trainer(
         accelerator="cpu",
