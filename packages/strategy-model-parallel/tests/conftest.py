@@ -94,14 +94,14 @@ def pipeline_2(out_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def pipeline_schedules_2(out_dir: Path) -> Path:
     """(pp 2), 2 processes, one job: every schedule of SCHEDULE_RUNS for 4 batches (interleaved 1F1B and
-    ZB-V also validate and predict), then a model with too few blocks and a microbatch count DualPipeV
-    refuses."""
+    both ZB-V runs also validate and predict), then a model with too few blocks and a microbatch count
+    DualPipeV refuses."""
     common = {"devices": 2, "dp": 1, "tp": 1, "pp": 2, "epochs": 1, "batches": 4, "micro": 4}
     checks = {"validate": True, "predict": True}
     runs: list[dict[str, object]] = [
-        {**common, "tag": tag, "schedule": schedule, "model": model, "accumulate": accumulate}
-        | (checks if schedule in ("interleaved_1f1b", "zbv_zero_bubble") else {})
-        for tag, schedule, model, accumulate in SCHEDULE_RUNS
+        {**common, "tag": tag, "schedule": schedule, "model": model, "accumulate": accumulate, "checkpoint": ac}
+        | (checks if tag in ("s_interleaved_1f1b", "s_zbv_zero_bubble", "s_zbv_checkpointed") else {})
+        for tag, schedule, model, accumulate, ac in SCHEDULE_RUNS
     ]
     runs += [
         {**common, "tag": "fewblocks", "schedule": "zbv_zero_bubble", "model": "Blocks3", "expect_error": True},

@@ -18,14 +18,16 @@ if str(SCRIPTS) not in sys.path:  # the scripts' shared model (mp_common.py) is 
 RUN_TIMEOUT = 150.0
 
 #: The schedules checked against one process, on models whose layers are the blocks
-#: (``Blocks<n>``: n blocks, grouped by the strategy): (tag, schedule, model, accumulate_grad_batches).
+#: (``Blocks<n>``: n blocks, grouped by the strategy): (tag, schedule, model, accumulate_grad_batches,
+#: activation checkpointing of the MLP blocks).
 SCHEDULE_RUNS = [
-    ("s_1f1b_acc", "1f1b", "Blocks5", 2),  # 5 blocks -> stages of 3 and 2
-    ("s_interleaved_1f1b", "interleaved_1f1b", "Blocks4", 1),
-    ("s_looped_bfs", "looped_bfs", "Blocks5", 1),  # 4 stages of 2, 1, 1, 1 blocks
-    ("s_interleaved_zero_bubble", "interleaved_zero_bubble", "Blocks4", 2),
-    ("s_zbv_zero_bubble", "zbv_zero_bubble", "Blocks4", 1),
-    ("s_dualpipe_v", "dualpipe_v", "Blocks5", 1),
+    ("s_1f1b_acc", "1f1b", "Blocks5", 2, False),  # 5 blocks -> stages of 3 and 2
+    ("s_interleaved_1f1b", "interleaved_1f1b", "Blocks4", 1, False),
+    ("s_looped_bfs", "looped_bfs", "Blocks5", 1, False),  # 4 stages of 2, 1, 1, 1 blocks
+    ("s_interleaved_zero_bubble", "interleaved_zero_bubble", "Blocks4", 2, False),
+    ("s_zbv_zero_bubble", "zbv_zero_bubble", "Blocks4", 1, False),
+    ("s_zbv_checkpointed", "zbv_zero_bubble", "Blocks4", 1, True),  # split backward through recomputation
+    ("s_dualpipe_v", "dualpipe_v", "Blocks5", 1, False),
 ]
 
 #: What every run adds to the test's environment (rank variables are never inherited).

@@ -81,13 +81,13 @@ def test_pipeline_validation_and_predict(pipeline_2: Path) -> None:
         assert max(abs(a - b) for a, b in zip(result["predictions"][0], expected)) <= 1e-5
 
 
-@pytest.mark.parametrize(("tag", "schedule", "model", "accumulate"), SCHEDULE_RUNS)
+@pytest.mark.parametrize(("tag", "schedule", "model", "accumulate", "checkpointed"), SCHEDULE_RUNS)
 def test_pipeline_schedules_match_one_process(
-    pipeline_schedules_2: Path, tag: str, schedule: str, model: str, accumulate: int
+    pipeline_schedules_2: Path, tag: str, schedule: str, model: str, accumulate: int, checkpointed: bool
 ) -> None:
     """Each schedule, its blocks grouped into its stages and placed by its layout, trains like one
     process on the whole batch: per-batch losses and final weights within 1e-5 (with gradient
-    accumulation where ``accumulate`` is 2)."""
+    accumulation where ``accumulate`` is 2, activation checkpointing where ``checkpointed``)."""
     depth = int(model.removeprefix("Blocks")) - 1  # Blocks<n>: n - 1 residual blocks and the head
     losses, net = single_process(1, depth=depth, batches=4, accumulate=accumulate)
     results = read_ranks(pipeline_schedules_2, tag, 2)
@@ -101,6 +101,10 @@ def test_pipeline_schedules_match_one_process(
     worst = max(float((weights[f"net.{k}"] - v).abs().max()) for k, v in reference.items())
     assert worst <= 1e-5, f"{schedule}: final weights differ from one process by {worst:.3g}"
     assert max(float((v - make_net(depth=depth).state_dict()[k]).abs().max()) for k, v in reference.items()) > 1e-3
+    if checkpointed:  # the same run without checkpointing computed fewer block forwards: recomputation happened
+        plain_tag = next(run[0] for run in SCHEDULE_RUNS if run[1] == schedule and not run[4])
+        plain = read_ranks(pipeline_schedules_2, plain_tag, 2)
+        assert all(r["mlp_forward_calls"] > p["mlp_forward_calls"] > 0 for r, p in zip(results, plain))
 
 
 @pytest.mark.parametrize(("tag", "depth"), [("s_interleaved_1f1b", 3), ("s_zbv_zero_bubble", 3)])

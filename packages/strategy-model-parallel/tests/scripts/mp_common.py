@@ -25,12 +25,16 @@ FEATURES, SAMPLES, GLOBAL_BATCH, LR = 8, 64, 8, 0.1
 class MLP(nn.Module):
     """A residual two-layer block: w1 is split by columns, w2 by rows under tensor parallel."""
 
+    #: Forward computations of every MLP in this process (activation checkpointing adds its recomputations).
+    forward_calls = 0
+
     def __init__(self, hidden: int) -> None:
         super().__init__()
         self.w1 = nn.Linear(FEATURES, hidden)
         self.w2 = nn.Linear(hidden, FEATURES)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        MLP.forward_calls += 1
         return x + self.w2(torch.tanh(self.w1(x)))
 
 

@@ -3,7 +3,8 @@
 ``python train.py OUT CONFIG_JSON``; CONFIG is a list of runs done in order by every rank, each a
 dict: ``tag``, ``dp``/``tp``/``pp`` sizes, ``schedule``, ``micro`` (num_microbatches),
 ``precision``, ``epochs``, ``batches`` (limit_train_batches), ``accumulate``
-(accumulate_grad_batches), ``resume`` (a path), ``save_epoch0`` (checkpoint name after epoch 0), ``save_final_full`` (consolidated file
+(accumulate_grad_batches), ``checkpoint`` (activation checkpointing of every ``MLP`` block),
+``resume`` (a path), ``save_epoch0`` (checkpoint name after epoch 0), ``save_final_full`` (consolidated file
 name after fit), ``reference`` ("tp" or "pp": the plain torch run on a fresh mesh of the same
 shape), ``validate``/``predict``, ``model`` (a Net variant) and ``expect_error`` (run must raise;
 its message is recorded). Each rank writes ``OUT/<tag>_rank<r>.json``; ranks at dp = tp = 0 also
@@ -20,6 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from mp_common import (
+    MLP,
     dp_mean,
     loader,
     loss_fn,
@@ -143,6 +145,7 @@ def one_run(out: str, run: dict[str, Any]) -> None:
         pipeline_parallel_size=run.get("pp", 1),
         pipeline_schedule=run.get("schedule", "1f1b"),
         num_microbatches=run.get("micro"),
+        activation_checkpointing_policy={MLP} if run.get("checkpoint") else None,
     )
     save0 = os.path.join(out, run["save_epoch0"]) if run.get("save_epoch0") else None
     trainer = phalanx.Trainer(
@@ -152,6 +155,7 @@ def one_run(out: str, run: dict[str, Any]) -> None:
         limit_train_batches=run.get("batches"), accumulate_grad_batches=run.get("accumulate", 1),
     )
     model = MODELS[run.get("model", "Net")]()
+    MLP.forward_calls = 0
     result: dict[str, Any] = {}
     val = loader(1) if run.get("validate") else None
     try:
@@ -178,6 +182,7 @@ def one_run(out: str, run: dict[str, Any]) -> None:
     if run.get("predict"):
         predictions = trainer.predict(model, dataloaders=loader(1), return_predictions=True)
         result["predictions"] = [p.flatten().tolist() for p in predictions][:2]
+    result["mlp_forward_calls"] = MLP.forward_calls
     reference = run.get("reference")
     if reference:
         layout = strategy.layout
