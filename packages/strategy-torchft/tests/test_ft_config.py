@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from phalanx_strategy_torchft import FTDDPStrategy, FTHSDPStrategy
+from phalanx_strategy_torchft import FTDDPStrategy, FTDiLoCoStrategy, FTHSDPStrategy
 
 import phalanx
 from phalanx.environments.local import find_free_port
@@ -38,6 +38,44 @@ def test_fewer_groups_than_min_replicas_is_refused() -> None:
         phalanx.Trainer(strategy=StrategyRegistry.get("ft_hsdp", replica_groups=2, min_replicas=3), accelerator="cpu")
     with pytest.raises(MisconfigurationError, match=r"auto_wrap_policy=\['Linear'\].*nn.Module subclasses"):
         FTHSDPStrategy(auto_wrap_policy=["Linear"])  # type: ignore[list-item]
+
+
+def test_bad_diloco_options_are_refused_naming_the_fix() -> None:
+    import functools
+
+    import torch
+
+    cases = [
+        (
+            {"sync_every": 6, "num_fragments": 4},
+            r"sync_every=6\) is not a multiple of num_fragments=4.*Fix: sync_every=4 or 8",
+        ),
+        ({"sync_every": 3, "num_fragments": 4}, r"sync_every=3\) is not a multiple.*Fix: sync_every=4"),
+        (
+            {"sync_every": 4, "num_fragments": 2, "fragment_sync_delay": 2},
+            r"fragment_sync_delay=2\).*0\.\.1.*Fix: fragment_sync_delay=1",
+        ),
+        ({"sync_every": 0}, r"sync_every=0\) must be an integer >= 1"),
+        ({"num_fragments": True}, r"num_fragments=True\) must be an integer >= 1"),
+        ({"fragment_update_alpha": 1.5}, r"fragment_update_alpha=1\.5\) must be a number in \[0, 1\]"),
+        (
+            {"outer_optimizer": "sgd"},
+            r"outer_optimizer=\.\.\.\) got 'sgd'.*Fix: e\.g\. outer_optimizer=functools\.partial",
+        ),
+        ({"sync_evry": 3}, r"unknown option sync_evry=3\. Did you mean 'sync_every'\?"),
+    ]
+    for kwargs, pattern in cases:
+        with pytest.raises(MisconfigurationError, match=pattern):
+            FTDiLoCoStrategy(**kwargs)
+    instance = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.7)
+    with pytest.raises(MisconfigurationError, match=r"got a SGD instance: it must be a callable"):
+        FTDiLoCoStrategy(outer_optimizer=instance)  # type: ignore[arg-type]
+    with pytest.raises(MisconfigurationError, match=r"FTDiLoCoStrategy\(min_replicas=3\).*replica_groups=2"):
+        phalanx.Trainer(strategy=StrategyRegistry.get("ft_diloco", min_replicas=3), accelerator="cpu")
+    strategy = FTDiLoCoStrategy(
+        sync_every=8, num_fragments=4, fragment_sync_delay=1, outer_optimizer=functools.partial(torch.optim.SGD, lr=0.5)
+    )
+    assert (strategy.sync_interval, strategy.fragment_sync_delay) == (2, 1)
 
 
 def test_unreachable_lighthouse_fails_at_trainer_construction() -> None:
@@ -71,8 +109,8 @@ def test_torchft_missing_is_listed_unavailable_with_the_pip_command(tmp_path: Pa
     )
     listed = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=90)
     assert listed.returncode == 0, listed.stderr
-    rows = {r["name"]: r for r in json.loads(listed.stdout) if r["name"] in ("ft_ddp", "ft_hsdp")}
-    assert rows.keys() == {"ft_ddp", "ft_hsdp"}
+    rows = {r["name"]: r for r in json.loads(listed.stdout) if r["name"] in ("ft_ddp", "ft_hsdp", "ft_diloco")}
+    assert rows.keys() == {"ft_ddp", "ft_hsdp", "ft_diloco"}
     for row in rows.values():
         assert row["available"] is False
         assert "pip install 'torchft>=0.2'" in row["reason"]

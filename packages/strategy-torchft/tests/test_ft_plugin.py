@@ -1,4 +1,4 @@
-"""ft_ddp and ft_hsdp are registered through the ``phalanx`` entry point, costs no torch import to list, and
+"""ft_ddp, ft_hsdp and ft_diloco are registered through the ``phalanx`` entry point, costs no torch import to list, and
 answers ``phalanx plan`` (memory) like the other plugins. (``phalanx doctor --strategy ft_ddp``
 runs a real 2 groups x 2 ranks fit, about 35 s here; it is left to the doctor's own runs to keep
 this suite within CI's budget.)"""
@@ -58,3 +58,26 @@ def test_ft_hsdp_registered_and_planned_as_shards_like_fsdp() -> None:
     assert (ft.parameters, ft.gradients, ft.optimizer_states) == (full // 2, full // 2, full)  # a shard per rank
     assert ft.other == ft.gradients  # the flat shard torchft all-reduces
     assert ft.transient == 2 * full  # the whole model (one unit) gathered, with its unsharded gradients
+
+
+def test_ft_diloco_registered_and_planned_with_the_global_copy_and_outer_momentum() -> None:
+    from phalanx_strategy_torchft import FTDiLoCoStrategy
+
+    entry = StrategyRegistry.entry("ft_diloco")
+    assert entry.target_path == "phalanx_strategy_torchft.diloco:FTDiLoCoStrategy"
+    assert "torchft>=0.2" in entry.requires
+    strategy = StrategyRegistry.get("ft_diloco", sync_every=10, num_fragments=2)
+    assert isinstance(strategy, FTDiLoCoStrategy) and (strategy.sync_every, strategy.num_fragments) == (10, 2)
+    listed = subprocess.run(
+        [sys.executable, "-m", "phalanx.cli", "strategies", "--json"], capture_output=True, text=True, timeout=60
+    )
+    assert '"ft_diloco"' in listed.stdout, listed.stderr[-2000:]
+    diloco, ddp, full = (
+        planned("ft_diloco", width=64, devices=2),
+        planned("ft_ddp", width=64, devices=2),
+        _float32_bytes(64),
+    )
+    assert diloco is not None and ddp is not None
+    assert (diloco.parameters, diloco.gradients, diloco.other) == (ddp.parameters, ddp.gradients, ddp.other)
+    assert diloco.optimizer_states == ddp.optimizer_states + full  # the outer Nesterov momentum
+    assert diloco.cpu == full  # the global weights of the last sync, in host memory

@@ -49,6 +49,8 @@ class GroupsConfig:
     timeout: timedelta
     max_restarts: int
     finish_timeout: float
+    #: How long a local lighthouse's quorum waits for a live group that has not asked yet (None: ``timeout``).
+    join_timeout: timedelta | None = None
 
 
 class ReplicaGroupsLauncher(Launcher):
@@ -91,7 +93,9 @@ class ReplicaGroupsLauncher(Launcher):
         address = config.lighthouse
         if address is None:
             self.lighthouse = LocalLighthouse(
-                min_replicas=config.min_replicas, join_timeout=config.timeout, heartbeat_timeout=config.timeout
+                min_replicas=config.min_replicas,
+                join_timeout=config.join_timeout or config.timeout,
+                heartbeat_timeout=config.timeout,
             )
             address = self.lighthouse.address
         self._start_store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)

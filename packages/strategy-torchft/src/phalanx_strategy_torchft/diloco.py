@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
 from typing import Any, ClassVar
 
 import torch
@@ -174,6 +175,13 @@ class FTDiLoCoStrategy(FTDDPStrategy):
         self._step_started = 0.0
         self._ft_step_before = 0
         self._heals_before = 0
+
+    @property
+    def lighthouse_join_timeout(self) -> timedelta:
+        """``quorum_timeout``: the groups ask for a quorum only at a sync, so a local run's lighthouse
+        waits that long for a live group to reach it (a restarted group, a slower one) instead of
+        syncing without it; a dead group stops counting once its heartbeat stops (``timeout``)."""
+        return self.quorum_timeout
 
     @property
     def sync_interval(self) -> int:

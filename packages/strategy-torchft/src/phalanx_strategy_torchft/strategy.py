@@ -231,8 +231,15 @@ class FTDDPStrategy(ParallelStrategy):
             timeout=timeout,
             max_restarts=self.max_restarts,
             finish_timeout=(self.quorum_timeout + 2 * timeout).total_seconds() + 30.0,
+            join_timeout=self.lighthouse_join_timeout,
         )
         return ReplicaGroupsLauncher(inner, groups)
+
+    @property
+    def lighthouse_join_timeout(self) -> timedelta | None:
+        """How long a local run's lighthouse waits for a live group that has not asked for the quorum
+        yet (None: ``timeout``; every group asks at every step, so they arrive together)."""
+        return None
 
     # ------------------------------------------------------------------ model and manager
     def wrap_model(self, model: nn.Module, *, training: bool) -> nn.Module:
