@@ -14,15 +14,15 @@ import json
 from pathlib import Path
 
 import pytest
-from mp_testing import SCHEDULE_RUNS, run_script
+from mp_testing import DP_SCHEDULE_RUNS, SCHEDULE_RUNS, run_script
 
 from phalanx.testing.leaks import nothing_left_behind
 
 __all__ = ["nothing_left_behind"]
 
 
-def _train(out: Path, runs: list[dict[str, object]]) -> Path:
-    run_script("train.py", str(out), json.dumps(runs))
+def _train(out: Path, runs: list[dict[str, object]], timeout: float | None = None) -> Path:
+    run_script("train.py", str(out), json.dumps(runs), **({} if timeout is None else {"timeout": timeout}))
     return out
 
 
@@ -112,8 +112,16 @@ def pipeline_schedules_2(out_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def pipeline_dp2_pp2(out_dir: Path) -> Path:
-    """(dp 2 x pp 2), 4 processes, 1F1B, each stage fully_shard-ed over data parallel; reference."""
-    return _train(out_dir, [{"tag": "dp2pp2", "devices": 4, "dp": 2, "tp": 1, "pp": 2, "reference": "pp"}])
+    """(dp 2 x pp 2), 4 processes, each stage fully_shard-ed over data parallel: 1F1B with its reference;
+    then the V and the loop layout (DP_SCHEDULE_RUNS: ZB-V, Interleaved Zero Bubble with accumulation)."""
+    common = {"devices": 4, "dp": 2, "tp": 1, "pp": 2}
+    runs: list[dict[str, object]] = [{**common, "tag": "dp2pp2", "reference": "pp"}]
+    short = {"model": "Blocks4", "epochs": 1, "batches": 4, "micro": 2}
+    runs += [
+        {**common, **short, "tag": tag, "schedule": schedule, "accumulate": accumulate}
+        for tag, schedule, accumulate in DP_SCHEDULE_RUNS
+    ]
+    return _train(out_dir, runs, timeout=240)
 
 
 @pytest.fixture(scope="session")

@@ -30,6 +30,13 @@ SCHEDULE_RUNS = [
     ("s_dualpipe_v", "dualpipe_v", "Blocks5", 1, False),
 ]
 
+#: The multi-stage schedules checked under dp 2 x pp 2 (FSDP per stage), 4 batches of Blocks4:
+#: (tag, schedule, accumulate_grad_batches).
+DP_SCHEDULE_RUNS = [
+    ("dp2pp2_zbv", "zbv_zero_bubble", 1),
+    ("dp2pp2_interleaved_zb", "interleaved_zero_bubble", 2),
+]
+
 #: What every run adds to the test's environment (rank variables are never inherited).
 JOB_ENV = {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 

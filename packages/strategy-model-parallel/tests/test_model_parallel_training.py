@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from mp_common import loader, loss_fn, make_net, single_process, single_process_weights
-from mp_testing import SCHEDULE_RUNS, read_ranks
+from mp_testing import DP_SCHEDULE_RUNS, SCHEDULE_RUNS, read_ranks
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -128,6 +128,22 @@ def test_data_parallel_times_pipeline_parallel(pipeline_dp2_pp2: Path) -> None:
     for result in results:
         assert _worst(result["losses"], result["reference_losses"]) <= LOSS_ATOL
     _assert_weights_match_single_process(_weights(pipeline_dp2_pp2, "dp2pp2", 4))
+
+
+@pytest.mark.parametrize(("tag", "schedule", "accumulate"), DP_SCHEDULE_RUNS)
+def test_data_parallel_times_multi_stage_schedules(
+    pipeline_dp2_pp2: Path, tag: str, schedule: str, accumulate: int
+) -> None:
+    """The V and loop layouts with each stage sharded over data parallel (torch's schedule unshards,
+    reshards and reduces the stage's gradients itself) train like one process on the global batch."""
+    losses, net = single_process(1, depth=3, batches=4, accumulate=accumulate)
+    results = read_ranks(pipeline_dp2_pp2, tag, 4)
+    for result in results:
+        assert result["global_step"] == 4 // accumulate
+        assert _worst(result["global_losses"], losses) <= 1e-5
+    weights = _weights(pipeline_dp2_pp2, tag, 4)
+    worst = max(float((weights[f"net.{k}"] - v).abs().max()) for k, v in net.state_dict().items())
+    assert worst <= 1e-5, f"{schedule}: final weights differ from one process by {worst:.3g}"
 
 
 @pytest.mark.parametrize(("tag", "dtype"), [("bf16mixed", "torch.float32"), ("bf16true", "torch.bfloat16")])
