@@ -1,11 +1,12 @@
 """Expert parallel (MoE): EP meshes train exactly like one process; DCP checkpoints reshard between EP sizes.
 
 Two jobs: 2 ranks (EP 2 trains an epoch and saves a DCP checkpoint; EP 1 resumes from it for a
-second epoch and saves; two bad models), then 4 ranks (dp 4 x ep 2 trains an epoch; then resumes
+second epoch and saves; three refused setups), then 4 ranks (dp 4 x ep 2 trains an epoch; then resumes
 from the EP 1 checkpoint for a third; ep 2 with tp 2, with HSDP and with cp 2). Every per-step loss
 (the mean over data (x context) parallel ranks of task + load-balancing loss) and the final weights
 are compared with one process training the same MoE network on the global batches, computed in
-the test.
+the test; the gradients are clipped (``clip_grad_norm_`` against torch's on one process) and
+their per-step norms compared too.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def moe_2(tmp_path_factory: pytest.TempPathFactory) -> Path:
         {**common, "tag": "ep1", "ep": 1, "epochs": 2, "resume": "ck_ep2", "save": "ck_ep1"},
         {**common, "tag": "three", "ep": 2, "model": "three", "expect_error": True},
         {**common, "tag": "noep", "ep": 2, "model": "noep", "expect_error": True},
+        {**common, "tag": "clip", "ep": 2, "clip": 1.0, "expect_error": True},
     ]
     run_script("train_moe.py", str(out), json.dumps(runs))
     return out
@@ -59,14 +61,15 @@ def moe_4(moe_2: Path) -> Path:
 
 def _check(out: Path, tag: str, world: int, epochs: int, first_step: int = 0) -> list[dict[str, object]]:
     """Every rank's global losses equal one process's from ``first_step`` on; rank 0's weights equal its final ones."""
-    losses, weights = single_process(epochs)
+    losses, norms, weights = single_process(epochs)
     results = read_ranks(out, tag, world)
     for result in results:
         assert result["global_step"] == len(losses)
-        got = result["global_losses"]
-        assert len(got) == len(losses) - first_step and got, (tag, len(got))
-        worst = max(abs(a - b) for a, b in zip(got, losses[first_step:]))
-        assert worst <= ATOL, f"{tag}: losses differ from one process by {worst:.3g}"
+        for key, expected in (("global_losses", losses), ("grad_norms", norms)):
+            got = result[key]
+            assert len(got) == len(losses) - first_step and got, (tag, key, len(got))
+            worst = max(abs(a - b) for a, b in zip(got, expected[first_step:]))
+            assert worst <= ATOL, f"{tag}: {key} differ from one process by {worst:.3g}"
     gathered = torch.load(out / f"{tag}_weights.pt", weights_only=True)
     assert set(gathered) == {f"net.{k}" for k in weights}
     worst = max(float((gathered[f"net.{k}"] - v).abs().max()) for k, v in weights.items())
@@ -122,6 +125,7 @@ def test_checkpoint_reshards_from_expert_parallel_2_to_1_and_back(moe_4: Path) -
     [
         ("three", ["expert_parallel_size=2 does not divide the 3 experts", "values: [1, 3]", "Fix:"]),
         ("noep", ["no parameter of NoExpertParallel is sharded over device_mesh['expert_parallel']", "Fix:"]),
+        ("clip", ["Trainer(gradient_clip_val=1.0) with expert_parallel_size=2", "clip_grad_norm_(self.parameters()"]),
     ],
 )
 def test_bad_models_are_refused_on_every_rank(moe_2: Path, tag: str, fragments: list[str]) -> None:

@@ -16,12 +16,14 @@ __all__ = [
     "MoE",
     "ModelParallelStrategy",
     "StackedExperts",
+    "clip_grad_norm_",
     "context_parallel_positions",
 ]
 
 if TYPE_CHECKING:
     from phalanx_strategy_model_parallel._context_parallel import context_parallel_positions
     from phalanx_strategy_model_parallel._expert_parallel import ExpertParallel, GroupedExperts, MoE, StackedExperts
+    from phalanx_strategy_model_parallel._grad_norm import clip_grad_norm_
     from phalanx_strategy_model_parallel._layout import MeshLayout
     from phalanx_strategy_model_parallel.strategy import ModelParallelStrategy
 
@@ -30,6 +32,7 @@ _LAZY = {
     "GroupedExperts": "phalanx_strategy_model_parallel._expert_parallel",
     "MoE": "phalanx_strategy_model_parallel._expert_parallel",
     "StackedExperts": "phalanx_strategy_model_parallel._expert_parallel",
+    "clip_grad_norm_": "phalanx_strategy_model_parallel._grad_norm",
     "MeshLayout": "phalanx_strategy_model_parallel._layout",
     "ModelParallelStrategy": "phalanx_strategy_model_parallel.strategy",
     "context_parallel_positions": "phalanx_strategy_model_parallel._context_parallel",

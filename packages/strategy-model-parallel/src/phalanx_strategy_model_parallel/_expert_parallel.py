@@ -337,19 +337,31 @@ class MoE(nn.Module):
         return self.num_experts * (fraction * probs.mean(dim=0)).sum()
 
 
-def prepare_expert_parallel(module: nn.Module, layout: MeshLayout, batch_group: dist.ProcessGroup | None) -> None:
+def prepare_expert_parallel(
+    module: nn.Module, layout: MeshLayout, batch_group: dist.ProcessGroup | None, *, gradient_clip_val: Any = None
+) -> None:
     """After ``configure_model``: check where expert weights were sharded; point MoE blocks at the batch group.
 
     Raises:
         MisconfigurationError: ``expert_parallel_size > 1`` and no weight is sharded over
             ``expert_parallel``; expert weights not ``fully_shard``-ed over ``expert_fsdp_mesh``;
-            other weights sharded over the expert data-parallel ranks only.
+            other weights sharded over the expert data-parallel ranks only; the Trainer's
+            ``gradient_clip_val`` (the core's clipping cannot combine norms of different meshes).
     """
     for submodule in module.modules():
         if isinstance(submodule, MoE) and submodule.load_balance_group is None:
             submodule.load_balance_group = batch_group
     if layout.expert_parallel == 1:
         return
+    if gradient_clip_val:
+        msg = (
+            f"Trainer(gradient_clip_val={gradient_clip_val}) with expert_parallel_size={layout.expert_parallel}: "
+            "torch's clip_grad_norm_ cannot combine the norms of expert weights and dense weights, which live on "
+            "different meshes. Fix: remove gradient_clip_val and call "
+            "phalanx_strategy_model_parallel.clip_grad_norm_(self.parameters(), max_norm) in "
+            "on_before_optimizer_step."
+        )
+        raise MisconfigurationError(msg)
     experts, unsharded, dense_on_expert_mesh = [], [], []
     for name, param in module.named_parameters():
         dims = (param.device_mesh.mesh_dim_names or ()) if isinstance(param, DTensor) else ()

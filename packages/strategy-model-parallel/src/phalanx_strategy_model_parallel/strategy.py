@@ -347,7 +347,8 @@ class ModelParallelStrategy(ModelParallelCheckpointing, ContextParallelSteps, Sh
         if layout.context_parallel > 1:
             check_context_parallel_sharding(module, layout.context_parallel)
         batch = self._mesh_of((DATA_PARALLEL_CONTEXT_PARALLEL if layout.context_parallel > 1 else DATA_PARALLEL,))
-        prepare_expert_parallel(module, layout, batch.get_group() if batch.size() > 1 else None)
+        clip = getattr(self._trainer, "gradient_clip_val", None) if training else None
+        prepare_expert_parallel(module, layout, batch.get_group() if batch.size() > 1 else None, gradient_clip_val=clip)
         if self._pipeline is not None:
             self._pipeline.build(training=training)
         apply_block_options(self.block_options, module, is_global_zero=self.is_global_zero)

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from phalanx_strategy_model_parallel import MoE
 
 DIM, HIDDEN, EXPERTS, TOP_K, SEQ = 8, 8, 4, 2, 4
-SAMPLES, GLOBAL_BATCH, LR, AUX_COEF = 32, 8, 0.1, 0.1
+SAMPLES, GLOBAL_BATCH, LR, AUX_COEF, MAX_NORM = 32, 8, 0.1, 0.1, 1.0
 
 
 class MoENet(nn.Module):
@@ -55,16 +55,18 @@ def loader(dp_size: int) -> DataLoader:
     return DataLoader(dataset(), batch_size=GLOBAL_BATCH // dp_size, shuffle=False)
 
 
-def single_process(epochs: int) -> tuple[list[float], dict[str, torch.Tensor]]:
-    """The whole network on one process, global batches: per-step losses and final weights."""
+def single_process(epochs: int) -> tuple[list[float], list[float], dict[str, torch.Tensor]]:
+    """The whole network on one process, global batches, gradients clipped to MAX_NORM: per-step
+    losses, per-step gradient norms (before clipping) and final weights."""
     net = MoENet()
     opt = make_optimizer(net.parameters())
-    losses = []
+    losses, norms = [], []
     for _ in range(epochs):
         for x, y in loader(1):
             loss = loss_fn(net, net(x), y)
             loss.backward()
+            norms.append(float(torch.nn.utils.clip_grad_norm_(net.parameters(), MAX_NORM)))
             opt.step()
             opt.zero_grad()
             losses.append(float(loss.detach()))
-    return losses, {k: v.detach().clone() for k, v in net.state_dict().items()}
+    return losses, norms, {k: v.detach().clone() for k, v in net.state_dict().items()}

@@ -4,7 +4,7 @@
 each a dict: ``tag``, ``devices``, ``dp``, ``ep`` (expert_parallel_size), ``tp``, ``cp``, ``rep``
 (data_parallel_replicate_size, with ``dp`` then the shard size), ``epochs``, ``resume``
 (a checkpoint name in OUT), ``save`` (a DCP checkpoint name written after fit), ``model`` (a key
-of MODELS) and ``expect_error`` (the run must raise; its message is recorded). Each rank writes
+of MODELS), ``clip`` (the Trainer's gradient_clip_val) and ``expect_error`` (the run must raise; its message is recorded). Each rank writes
 ``OUT/<tag>_rank<r>.json``; rank 0 writes the gathered weights to ``OUT/<tag>_weights.pt``.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from moe_common import EXPERTS, MoENet, loader, loss_fn, make_optimizer
+from moe_common import EXPERTS, MAX_NORM, MoENet, loader, loss_fn, make_optimizer
 from mp_common import write_json
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import fully_shard
@@ -25,7 +25,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import parallelize_module
 
 import phalanx
-from phalanx_strategy_model_parallel import ExpertParallel, ModelParallelStrategy
+from phalanx_strategy_model_parallel import ExpertParallel, ModelParallelStrategy, clip_grad_norm_
 
 
 class MoEModule(phalanx.Module):
@@ -38,6 +38,7 @@ class MoEModule(phalanx.Module):
         super().__init__()
         self.losses: list[float] = []
         self.global_losses: list[float] = []
+        self.grad_norms: list[float] = []
 
     def configure_model(self) -> None:
         if hasattr(self, "net"):
@@ -57,6 +58,9 @@ class MoEModule(phalanx.Module):
         dist.all_reduce(value)  # tp peers hold equal losses: the world mean is the mean over dp x cp ranks
         self.global_losses.append(float(value) / dist.get_world_size())
         return loss
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        self.grad_norms.append(float(clip_grad_norm_(self.parameters(), MAX_NORM)))
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return make_optimizer(self.parameters())
@@ -91,6 +95,7 @@ def one_run(out: str, run: dict[str, Any]) -> None:
         devices=run["devices"],
         strategy=strategy,
         max_epochs=run.get("epochs", 1),
+        gradient_clip_val=run.get("clip"),
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -111,6 +116,7 @@ def one_run(out: str, run: dict[str, Any]) -> None:
     result.update(
         losses=model.losses,
         global_losses=model.global_losses,
+        grad_norms=model.grad_norms,
         global_step=trainer.global_step,
         coords=strategy.layout.coordinates(trainer.global_rank),
         expert_mesh=list(w1.device_mesh.mesh_dim_names or ()) if isinstance(w1, DTensor) else [],
