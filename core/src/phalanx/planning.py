@@ -309,6 +309,10 @@ def render(report: PlanReport, *, width: int | None = None) -> str:
         fits = "-" if row.fits is None else ("yes" if row.fits else "NO")
         cells = "".join(_cell(values[c]).ljust(_CELL) for c in columns)
         lines.append((name.ljust(name_width) + cells + fits.ljust(_FITS) + host).rstrip())
+    single = report.rows[0].estimate if len(report.rows) == 1 else None
+    if single is not None and (single.layout or single.notes):  # one strategy: how its plugin spread the state
+        detail = "; ".join(filter(None, (single.layout, *single.notes)))
+        lines += textwrap.wrap(f"layout: {detail}", width=width, subsequent_indent="  ", break_on_hyphens=False)
     notes = []
     if not all(row.available for row in report.rows):
         notes.append("* not usable here (planned anyway): see `phalanx strategies` for the reason")

@@ -107,8 +107,9 @@ def test_expert_parallel_composes_with_tensor_hybrid_and_context_parallel(
         assert result["local_experts"] == local_experts, result
 
 
-def test_checkpoint_reshards_from_expert_parallel_2_to_1_and_back(moe_4: Path) -> None:
-    """EP 1 continues the EP 2 run from its checkpoint, and dp 4 x EP 2 continues the EP 1 run, exactly."""
+def test_checkpoint_reshards_from_expert_parallel_2_to_1_and_back(moe_4: Path, tmp_path: Path) -> None:
+    """EP 1 continues the EP 2 run from its checkpoint, and dp 4 x EP 2 continues the EP 1 run, exactly;
+    ``phalanx checkpoint convert`` gathers the EP 2 experts into whole ``[E, ...]`` tensors."""
     assert sorted(p.name for p in (moe_4 / "ck_ep2").iterdir()) == [
         ".metadata",
         "__0_0.distcp",
@@ -118,6 +119,12 @@ def test_checkpoint_reshards_from_expert_parallel_2_to_1_and_back(moe_4: Path) -
     for result in _check(moe_4, "ep1", 2, epochs=2, first_step=4):
         assert result["expert_mesh"] == ["data_parallel"] and result["local_experts"] == EXPERTS // 2
     _check(moe_4, "r4e2", 4, epochs=3, first_step=8)
+    from phalanx.cli import main
+
+    assert main(["checkpoint", "convert", str(moe_4 / "ck_ep2"), str(tmp_path / "portable.pt")]) == 0
+    portable = torch.load(tmp_path / "portable.pt", weights_only=True)["state_dict"]
+    for key, value in single_process(1)[2].items():
+        torch.testing.assert_close(portable[f"net.{key}"], value, atol=ATOL, rtol=0)
 
 
 @pytest.mark.parametrize(
@@ -267,8 +274,9 @@ def test_moe_block_routes_each_token_to_its_top_k_experts() -> None:
     torch.testing.assert_close(moe.aux_loss, EXPERTS * (fraction * probs.mean(0)).sum())
 
 
-def test_plan_counts_experts_per_rank() -> None:
-    """``Trainer.plan`` passes expert_parallel_size; the estimate's layout says how many experts a rank holds."""
+def test_plan_counts_experts_per_rank(capsys: pytest.CaptureFixture[str]) -> None:
+    """``Trainer.plan`` passes expert_parallel_size; the estimate's layout says how many experts a rank
+    holds, and ``phalanx plan --strategy model_parallel`` prints it under the row."""
     import phalanx
     from phalanx_strategy_model_parallel import ModelParallelStrategy
 
@@ -294,3 +302,9 @@ def test_plan_counts_experts_per_rank() -> None:
         in ep2.notes
     )
     assert "ep=" not in ep1.layout and ep2.parameters == ep1.parameters  # EP ranks are dp ranks: same bytes
+    from phalanx.cli import main
+
+    args = ["--strategy", "model_parallel", "--devices", "4", "--param", "tensor_parallel_size=1"]
+    assert main(["plan", "moe_common:MoENet", *args, "--param", "expert_parallel_size=2"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"layout: dp=4 x tp=1 x pp=1, ep=2 (of dp): {EXPERTS // 2} experts per rank;" in out, out
