@@ -147,7 +147,8 @@ class ExpertParallel(ParallelStyle):
             output = _ScaleGrad.apply(output, 1.0 / scale)[route.inverse.to(output.device)]
             return all_to_all_single_autograd(output, route.input_splits, route.output_splits, group)
 
-        distribute_module(module, device_mesh, partition, input_fn=dispatch, output_fn=combine)
+        # torch annotates input_fn / output_fn as returning None, but uses what they return
+        distribute_module(module, device_mesh, partition, input_fn=dispatch, output_fn=combine)  # type: ignore[arg-type]
         return module
 
 
@@ -234,6 +235,8 @@ class StackedExperts(nn.Module):
     Raises:
         MisconfigurationError: No experts, differing parameters, or buffers.
     """
+
+    _template: nn.Module
 
     def __init__(self, experts: Sequence[nn.Module]) -> None:
         super().__init__()

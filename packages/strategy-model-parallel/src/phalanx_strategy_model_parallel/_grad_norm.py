@@ -13,6 +13,7 @@ plain numbers, and every gradient is scaled in place by the same factor: one pro
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -35,12 +36,12 @@ def clip_grad_norm_(parameters: Iterable[torch.Tensor], max_norm: float, eps: fl
     Returns:
         The total norm before clipping (a plain tensor, equal on every rank).
     """
-    groups: dict[object, list[torch.Tensor]] = {}
+    groups: dict[Any, list[torch.Tensor]] = {}  # (mesh, placements), or None for plain tensors
     for param in parameters:
         grad = param.grad
         if grad is not None:
-            key = (grad.device_mesh, tuple(grad.placements)) if isinstance(grad, DTensor) else None
-            groups.setdefault(key, []).append(grad)
+            where = (grad.device_mesh, tuple(grad.placements)) if isinstance(grad, DTensor) else None
+            groups.setdefault(where, []).append(grad)
     total_square = torch.zeros((), dtype=torch.float64)
     for key, grads in groups.items():
         local = torch.stack([_local(g).detach().double().square().sum() for g in grads]).sum()
