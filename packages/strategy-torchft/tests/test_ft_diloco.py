@@ -31,7 +31,9 @@ def test_streaming_diloco_matches_plain_pytorch_and_resumes_from_its_checkpoint(
     """2 groups, AdamW inside, ``sync_every=4`` over 2 fragments (one syncs every 2 inner steps),
     each all-reduce overlapping 1 inner step (``fragment_sync_delay=1``); 12 inner steps.
 
-    One job checks: the fragments and the order they sync in; both groups' weights against the
+    Each group seeds its Module differently: the replay starts both from group 0's weights, which
+    every group takes at a local run's start. One job checks: the fragments and the order they
+    sync in; both groups' weights against the
     replay (they differ from each other: fragment 0 last synced 2 steps before the end); the
     checkpoint written after step 8 (the global weights, the outer momentum, the writer's local
     weights, the local step and torchft's step); and a second fit resumed from it, which gives
@@ -39,7 +41,7 @@ def test_streaming_diloco_matches_plain_pytorch_and_resumes_from_its_checkpoint(
     """
     options = {"sync_every": 4, "num_fragments": 2, "fragment_sync_delay": 1}
     job = start_fit(tmp_path, 2, diloco=options, inner="adamw", timeout=TIMEOUT, quorum_timeout=60,
-                    save_at_step=8, resume=True)  # fmt: skip
+                    save_at_step=8, resume=True, seed_by_group=True)  # fmt: skip
     assert job.wait(120) == 0, job.output()
     results = [load_json(tmp_path / f"group{g}_rank0.json") for g in (0, 1)]
     log = results[0]["commit_log"]

@@ -207,20 +207,46 @@ class FTDiLoCoStrategy(FTDDPStrategy):
         """Set up as ddp does, then hand the Module's optimizer and the fragments to torchft's DiLoCo.
 
         A local run's fresh start takes one quorum of every group before training (as ``ft_ddp``
-        does), so the first sync waits for all of them. A group that starts late (a restart, or a
-        group started apart) takes no quorum here: the others are between syncs and would wait
-        for it in their next all-reduce. It trains its first ``sync_every // num_fragments`` steps,
-        then heals at its first sync, as torchft's DiLoCo does.
+        does), so the first sync waits for all of them, and every group takes the first group's
+        weights. A group that starts late (a restart, or a group started apart) takes no quorum
+        here: the others are between syncs and would wait for it in their next all-reduce. It
+        trains its first ``sync_every // num_fragments`` steps, then heals at its first sync, as
+        torchft's DiLoCo does.
         """
         self._trainer = trainer
         self.commit_log = []
         ParallelStrategy.setup(self, trainer)
         if self._manager is None:
             return
-        self._start_diloco()
         if os.environ.get(ENV_START) is not None:
             self._meet_fresh_start()
             self._start_quorum()
+            self._take_first_groups_weights()
+        self._start_diloco()  # after: the global weights it keeps are the first group's
+
+    def _take_first_groups_weights(self) -> None:
+        """Every group starts from the quorum's first group's weights and buffers (whatever its seed).
+
+        One torchft all-reduce (a sum) in which every other group contributes zeros: a broadcast
+        through the fault-tolerant process group, so the groups need no other connection.
+        """
+        from torch.distributed import ReduceOp
+
+        manager = self._manager
+        first = manager.participating_rank() == 0
+        tensors = [t for t in self.require_module().state_dict().values() if torch.is_floating_point(t)]
+        with torch.no_grad():
+            if not first:
+                for tensor in tensors:
+                    tensor.zero_()
+            for work in [manager.allreduce(tensor, reduce_op=ReduceOp.SUM) for tensor in tensors]:
+                work.wait()
+        if manager.errored() is not None:
+            msg = (
+                f"Replica group {self.replica_group_id} could not take the first group's weights at the start: "
+                f"{manager.errored()}. A group failed while the job started. Fix: start the job again."
+            )
+            raise RuntimeError(msg)
 
     def _start_diloco(self) -> None:
         from torchft.local_sgd import DiLoCo

@@ -10,6 +10,7 @@ per step, so a restarted group finds the others still training), alone_sleep (se
 while the previous step committed with one group only: the survivor waits for the restarted group
 without slowing the rest of the run), heal_after_alone (the restarted group waits before its fit
 until the survivor has committed a step alone, so the drop is seen however fast the restart is),
+seed_by_group (each group seeds its Module differently),
 kill_after_sync (the killed group dies only once group 0 has committed this many syncs, so the
 syncs before the kill include it on every run), save_at_step / resume (write a checkpoint when
 global_step reaches it; then fit again from that checkpoint and write ``*_resumed.json``).
@@ -121,7 +122,8 @@ def wait_until_the_survivor_committed_alone() -> None:
 
 def fit(ckpt_path: str | None = None, suffix: str = "") -> None:
     """One fit in every group; each rank writes ``group{g}_rank{r}{suffix}.json``."""
-    torch.manual_seed(SEED)
+    group = int(os.environ.get("PHALANX_FT_REPLICA_GROUP", "0"))  # unset in the top process: group 0
+    torch.manual_seed(SEED + group if OPTIONS.get("seed_by_group") else SEED)
     model = Net()
     kwargs = {
         k: OPTIONS[k]
