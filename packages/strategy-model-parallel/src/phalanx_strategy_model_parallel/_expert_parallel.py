@@ -79,6 +79,7 @@ class _Route:
         per_rank = counts.to(torch.int64).reshape(ep, -1)  # [destination rank, its local expert]
         received = torch.empty_like(per_rank)
         dist.all_to_all_single(received, per_rank, group=group)  # [source rank, my local expert]
+        per_rank, received = per_rank.cpu(), received.cpu()  # split sizes are host numbers
         self.input_splits = per_rank.sum(1).tolist()
         self.output_splits = received.sum(1).tolist()
         self.local_counts = received.sum(0)
@@ -218,7 +219,7 @@ class GroupedExperts(nn.Module):
         """Rows of ``x`` grouped by expert, ``num_tokens_per_expert[e]`` of them for expert ``e``."""
         w1, w2 = _local(self.w1), _local(self.w2)
         chunks = x.split(num_tokens_per_expert.tolist())
-        return torch.cat([self.activation(c @ w1[e]) @ w2[e] for e, c in enumerate(chunks)] + [x[:0]])
+        return torch.cat([self.activation(c @ w1[e]) @ w2[e] for e, c in enumerate(chunks)])
 
 
 class StackedExperts(nn.Module):
@@ -278,7 +279,7 @@ class StackedExperts(nn.Module):
             functional_call(self._template, {n: w[e] for n, w in weights.items()}, (chunk,))
             for e, chunk in enumerate(chunks)
         ]
-        return torch.cat([*outputs, x[:0]]) if outputs else x[:0]
+        return torch.cat(outputs)
 
 
 class MoE(nn.Module):
