@@ -1,12 +1,12 @@
 """Expert parallel (MoE): EP meshes train exactly like one process; DCP checkpoints reshard between EP sizes.
 
 Two jobs: 2 ranks (EP 2 trains an epoch and saves a DCP checkpoint; EP 1 resumes from it for a
-second epoch and saves; three refused setups), then 4 ranks (dp 4 x ep 2 trains an epoch; then resumes
-from the EP 1 checkpoint for a third; ep 2 with tp 2, with HSDP and with cp 2). Every per-step loss
-(the mean over data (x context) parallel ranks of task + load-balancing loss) and the final weights
-are compared with one process training the same MoE network on the global batches, computed in
-the test; the gradients are clipped (``clip_grad_norm_`` against torch's on one process) and
-their per-step norms compared too.
+second epoch and saves; EP 2 with StackedExperts; three refused setups), then 4 ranks (dp 4 x ep 2
+trains an epoch; then resumes from the EP 1 checkpoint for a third; ep 2 with tp 2, with HSDP and
+with cp 2). Every per-step loss (the mean over data (x context) parallel ranks of task +
+load-balancing loss) and the final weights are compared with one process training the same MoE
+network on the global batches, computed in the test; the gradients are clipped
+(``clip_grad_norm_`` against torch's on one process) and their per-step norms compared too.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ def moe_2(tmp_path_factory: pytest.TempPathFactory) -> Path:
     common = {"devices": 2, "dp": 2}
     runs = [
         {**common, "tag": "ep2", "ep": 2, "save": "ck_ep2"},
+        {**common, "tag": "stacked_ep2", "ep": 2, "model": "stacked"},
         {**common, "tag": "ep1", "ep": 1, "epochs": 2, "resume": "ck_ep2", "save": "ck_ep1"},
         {**common, "tag": "three", "ep": 2, "model": "three", "expect_error": True},
         {**common, "tag": "noep", "ep": 2, "model": "noep", "expect_error": True},
@@ -59,9 +60,11 @@ def moe_4(moe_2: Path) -> Path:
     return moe_2
 
 
-def _check(out: Path, tag: str, world: int, epochs: int, first_step: int = 0) -> list[dict[str, object]]:
+def _check(
+    out: Path, tag: str, world: int, epochs: int, first_step: int = 0, stacked: bool = False
+) -> list[dict[str, object]]:
     """Every rank's global losses equal one process's from ``first_step`` on; rank 0's weights equal its final ones."""
-    losses, norms, weights = single_process(epochs)
+    losses, norms, weights = single_process(epochs, stacked=stacked)
     results = read_ranks(out, tag, world)
     for result in results:
         assert result["global_step"] == len(losses)
@@ -84,6 +87,12 @@ def test_expert_parallel_2_matches_one_process(moe_2: Path) -> None:
         assert result["local_experts"] == EXPERTS // 2
     assert [r["coords"]["expert_parallel"] for r in results] == [0, 1]
     assert results[0]["losses"] != results[1]["losses"]
+
+
+def test_stacked_module_list_experts_under_expert_parallel_2_match_one_process(moe_2: Path) -> None:
+    """The nn.ModuleList recipe: StackedExperts of FFN modules, sharded by ExpertParallel, trains like one process."""
+    for result in _check(moe_2, "stacked_ep2", 2, epochs=1, stacked=True):
+        assert result["local_experts"] == EXPERTS // 2
 
 
 def test_data_parallel_4_times_expert_parallel_2_matches_one_process(moe_4: Path) -> None:

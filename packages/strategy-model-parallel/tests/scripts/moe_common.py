@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from phalanx_strategy_model_parallel import MoE
+from phalanx_strategy_model_parallel import MoE, StackedExperts
 
 DIM, HIDDEN, EXPERTS, TOP_K, SEQ = 8, 8, 4, 2, 4
 SAMPLES, GLOBAL_BATCH, LR, AUX_COEF, MAX_NORM = 32, 8, 0.1, 0.1, 1.0
@@ -22,11 +22,17 @@ SAMPLES, GLOBAL_BATCH, LR, AUX_COEF, MAX_NORM = 32, 8, 0.1, 0.1, 1.0
 class MoENet(nn.Module):
     """Causal self-attention (SDPA, so context parallel can split sequences) -> residual MoE -> head; ~800 parameters."""
 
-    def __init__(self, num_experts: int = EXPERTS) -> None:
+    def __init__(self, num_experts: int = EXPERTS, stacked: bool = False) -> None:
         super().__init__()
         torch.manual_seed(0)
         self.qkv = nn.Linear(DIM, 3 * DIM)
-        self.moe = MoE(DIM, HIDDEN, num_experts, TOP_K)
+        experts = None
+        if stacked:  # the nn.ModuleList recipe: identical FFN modules stacked
+            ffns = [
+                nn.Sequential(nn.Linear(DIM, HIDDEN), nn.GELU(), nn.Linear(HIDDEN, DIM)) for _ in range(num_experts)
+            ]
+            experts = StackedExperts.from_modules(ffns)
+        self.moe = MoE(DIM, HIDDEN, num_experts, TOP_K, experts=experts)
         self.head = nn.Linear(DIM, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -55,10 +61,10 @@ def loader(dp_size: int) -> DataLoader:
     return DataLoader(dataset(), batch_size=GLOBAL_BATCH // dp_size, shuffle=False)
 
 
-def single_process(epochs: int) -> tuple[list[float], list[float], dict[str, torch.Tensor]]:
+def single_process(epochs: int, stacked: bool = False) -> tuple[list[float], list[float], dict[str, torch.Tensor]]:
     """The whole network on one process, global batches, gradients clipped to MAX_NORM: per-step
     losses, per-step gradient norms (before clipping) and final weights."""
-    net = MoENet()
+    net = MoENet(stacked=stacked)
     opt = make_optimizer(net.parameters())
     losses, norms = [], []
     for _ in range(epochs):

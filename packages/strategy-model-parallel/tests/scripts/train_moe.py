@@ -33,6 +33,7 @@ class MoEModule(phalanx.Module):
 
     num_experts = EXPERTS
     expert_parallel = True
+    stacked = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -43,7 +44,7 @@ class MoEModule(phalanx.Module):
     def configure_model(self) -> None:
         if hasattr(self, "net"):
             return
-        self.net = MoENet(self.num_experts)
+        self.net = MoENet(self.num_experts, stacked=self.stacked)
         strategy = self.trainer.strategy
         if strategy.expert_parallel_size > 1 and self.expert_parallel:
             parallelize_module(self.net.moe.experts, self.device_mesh["expert_parallel"], ExpertParallel())
@@ -77,7 +78,11 @@ class NoExpertParallel(MoEModule):
     expert_parallel = False
 
 
-MODELS = {"moe": MoEModule, "three": ThreeExperts, "noep": NoExpertParallel}
+class StackedMoE(MoEModule):
+    stacked = True
+
+
+MODELS = {"moe": MoEModule, "three": ThreeExperts, "noep": NoExpertParallel, "stacked": StackedMoE}
 
 
 def one_run(out: str, run: dict[str, Any]) -> None:
@@ -112,7 +117,7 @@ def one_run(out: str, run: dict[str, Any]) -> None:
         result["error"] = f"{type(error).__name__}: {error}"
         write_json(os.path.join(out, f"{run['tag']}_rank{dist.get_rank()}.json"), result)
         return
-    w1 = model.net.moe.experts.w1
+    w1 = next(model.net.moe.experts.parameters())
     result.update(
         losses=model.losses,
         global_losses=model.global_losses,
