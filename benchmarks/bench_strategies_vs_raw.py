@@ -572,6 +572,11 @@ ROWS: dict[str, tuple[Callable[[int], list[Stamp]], Callable[[int], list[Stamp]]
     "ft_ddp": (raw_ft_ddp, phalanx_ft_ddp, "ft_groups"),
     "ft_diloco": (raw_ft_diloco, phalanx_ft_diloco, "ft_groups"),
 }
+#: What ``--quick`` runs, in one torchrun launch (about half a minute): the DeepSpeed rows (DeepSpeed's
+#: import alone takes ~20 s of a loaded core) and the torchft rows (a lighthouse and two more
+#: processes each) are left out; packages/strategy-deepspeed's and strategy-torchft's tests run
+#: those paths. ``--quick --rows ...`` runs any rows.
+QUICK_ROWS = ("fsdp", "tp", "pp", "cp", "ep")
 DESCRIPTIONS = {
     "fsdp": "fsdp / fully_shard by hand",
     "deepspeed_zero2": "deepspeed ZeRO-2 / deepspeed.initialize",
@@ -610,11 +615,13 @@ def _exit_now() -> None:
 
 
 # ---------------------------------------------------------------- the harness
-def _launch(row: str, args: argparse.Namespace, out: str) -> None:
+def _launch(rows: list[str], args: argparse.Namespace, out: str) -> None:
+    """One launch of the workers for ``rows`` (torchrun rows only, when several)."""
     me = os.path.abspath(__file__)
-    worker = [me, "--role", "worker", "--rows", row, "--out", out, "--steps", str(args.steps), "--blocks", str(args.blocks)]  # fmt: skip
+    worker = [me, "--role", "worker", "--rows", *rows, "--out", out, "--steps", str(args.steps), "--blocks", str(args.blocks)]  # fmt: skip
     env = child_env(DS_ACCELERATOR="cpu", RUST_LOG="error")
-    if ROWS[row][2] == "torchrun":
+    row = " ".join(rows)
+    if ROWS[rows[0]][2] == "torchrun":
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", *worker]
         _check(subprocess.run(command, env=env, capture_output=True, text=True, timeout=900), row)
         return
@@ -693,32 +700,44 @@ def main() -> int:
         for row in args.rows:
             run_worker(row, args.steps, args.blocks, args.out)
         _exit_now()
+    launches = [[row] for row in args.rows]  # a fresh pair of processes per row
     if args.quick:
         args.steps, args.blocks = _WARMUP + 3, 1
+        if args.rows == list(ROWS):
+            args.rows = list(QUICK_ROWS)
+        launches = [list(args.rows)] if all(ROWS[r][2] == "torchrun" for r in args.rows) else [[r] for r in args.rows]
     print(f"2 CPU processes, gloo, OMP_NUM_THREADS=1; {args.blocks} blocks per side of {args.steps} steps "
           f"(first {_WARMUP} of each block are warm-up)")  # fmt: skip
     rows: list[Row] = []
     data: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as out:
-        for row in args.rows:
+        for launch in launches:
             started, load_before = time.perf_counter(), os.getloadavg()[0]
-            _launch(row, args, out)
+            _launch(launch, args, out)
             load = (load_before, os.getloadavg()[0])
-            blocks = json.loads(Path(out, f"{row}.json").read_text())
-            data[row] = {"timing": _measures(blocks), "per_step": blocks["counted"], "load_1min_before_after": load}
-            print(f"  {row} ({time.perf_counter() - started:.0f} s, load {load[0]:.1f} -> {load[1]:.1f})")
-            for name, m in data[row]["timing"].items():
-                shown = ", ".join(f"{x:.3f}" for x in m["ratios"])
-                print(f"    {name:<13} raw {m['raw']:7.2f} ms  phalanx {m['phalanx']:7.2f} ms  "
-                      f"ratio {m['ratio']:.3f}  (per block pair: {shown})")  # fmt: skip
-            for side, c in blocks["counted"].items():
-                print(f"    {side:<8} per step: {c['python_calls']:6.0f} Python calls, collectives {c['collectives']}")
-            wall, cpu = data[row]["timing"]["wall"], data[row]["timing"]["cpu"]
-            rows.append(Row(f"2-rank {DESCRIPTIONS[row]} (wall)", wall["ratio"], 1.02, "x",
-                            low=min(wall["ratios"]), high=max(wall["ratios"]),
-                            note=f"{wall['raw']:.2f} -> {wall['phalanx']:.2f} ms; CPU time {cpu['ratio']:.3f}; "
-                            f"load {load[0]:.1f}-{load[1]:.1f}"))  # fmt: skip
+            rows += _report(launch, out, data, load, time.perf_counter() - started)
     return finish("strategies_vs_raw", rows, data, quick=args.quick, partial=set(args.rows) != set(ROWS))
+
+
+def _report(launch: list[str], out: str, data: dict[str, Any], load: tuple[float, float], seconds: float) -> list[Row]:
+    """Print each row of one launch, record it in ``data``, return its target rows."""
+    rows = []
+    for row in launch:
+        blocks = json.loads(Path(out, f"{row}.json").read_text())
+        data[row] = {"timing": _measures(blocks), "per_step": blocks["counted"], "load_1min_before_after": load}
+        print(f"  {row} ({seconds:.0f} s, load {load[0]:.1f} -> {load[1]:.1f})")
+        for name, m in data[row]["timing"].items():
+            shown = ", ".join(f"{x:.3f}" for x in m["ratios"])
+            print(f"    {name:<13} raw {m['raw']:7.2f} ms  phalanx {m['phalanx']:7.2f} ms  "
+                  f"ratio {m['ratio']:.3f}  (per block pair: {shown})")  # fmt: skip
+        for side, c in blocks["counted"].items():
+            print(f"    {side:<8} per step: {c['python_calls']:6.0f} Python calls, collectives {c['collectives']}")
+        wall, cpu = data[row]["timing"]["wall"], data[row]["timing"]["cpu"]
+        rows.append(Row(f"2-rank {DESCRIPTIONS[row]} (wall)", wall["ratio"], 1.02, "x",
+                        low=min(wall["ratios"]), high=max(wall["ratios"]),
+                        note=f"{wall['raw']:.2f} -> {wall['phalanx']:.2f} ms; CPU time {cpu['ratio']:.3f}; "
+                        f"load {load[0]:.1f}-{load[1]:.1f}"))  # fmt: skip
+    return rows
 
 
 if __name__ == "__main__":
