@@ -84,41 +84,51 @@ def test_streaming_diloco_matches_plain_pytorch_and_resumes_from_its_checkpoint(
     assert not job.leftovers()
 
 
-@pytest.mark.timeout(150)
-def test_group_killed_between_syncs_loses_only_its_own_inner_steps(tmp_path: Path) -> None:
-    """Plain DiLoCo (``sync_every=2``, SGD inside), ``max_restarts=0``: kill -9 group 1 before its
-    inner step 5, once group 0 has committed the sync after step 3 (``kill_after_sync``: the
-    syncs before the kill include group 1 on every run).
+@pytest.mark.timeout(200)
+def test_group_killed_between_syncs_loses_only_its_inner_steps_and_heals_at_a_sync(tmp_path: Path) -> None:
+    """Plain DiLoCo (``sync_every=2``, SGD inside), 24 inner steps: kill -9 group 1 before its inner
+    step 5, once group 0 has committed the sync after step 3 (``kill_after_sync``: the syncs before
+    the kill include group 1 on every run).
 
     The survivor's sync after step 5 waits for group 1's heartbeat to stop (about ``timeout``),
-    then commits alone, with its own pseudo-gradient; so do the later ones. Group 1's inner step
-    4 is lost with it. The survivor ends with the weights of that replay.
+    then commits alone with its own pseudo-gradient; group 1's inner step 4 is lost with it. Group
+    1, restarted, waits for that sync alone (``heal_after_alone``), trains its first 2 steps, then
+    heals at the survivor's next sync (weights, optimizer states, torchft's step) and sends the
+    same pseudo-gradient; from then on both commit together. While alone the survivor sleeps 1 s
+    per step (``alone_sleep``): the restart has about 18 s to find it training. The survivor ends
+    with the weights of the replay of exactly those syncs, whichever sync the heal came at.
     """
-    job = start_fit(tmp_path, 2, diloco={"sync_every": 2}, inner="sgd", timeout=TIMEOUT, quorum_timeout=60,
-                    max_restarts=0, kill_group=1, kill_step=5, kill_after_sync=2)  # fmt: skip
-    assert job.wait(120) == 0, job.output()
-    survivor = load_json(tmp_path / "group0_rank0.json")
+    job = start_fit(tmp_path, 4, diloco={"sync_every": 2}, inner="sgd", timeout=TIMEOUT, quorum_timeout=60,
+                    max_restarts=1, kill_group=1, kill_step=5, kill_after_sync=2, heal_after_alone=True,
+                    alone_sleep=1.0)  # fmt: skip
+    assert job.wait(180) == 0, job.output()
+    survivor, healed = (load_json(tmp_path / f"group{g}_rank0.json") for g in (0, 1))
     log = survivor["commit_log"]
     seen = (
         f"survivor syncs (step, committed, groups, seconds): "
         f"{[(e['global_step'], e['committed'], e['participants'], round(e['seconds'], 2)) for e in log]}; "
-        f"events {survivor['events']}"
+        f"events {survivor['events']}; heal {healed['heal_log']}"
     )
-    assert survivor["events"] == ["replica group 1 exited with code -9; not restarted (max_restarts=0)"], seen
-    assert not (tmp_path / "group1_rank0.json").exists(), seen
-    assert [(e["global_step"], e["committed"], e["participants"]) for e in log] == [
-        (1, True, 2), (3, True, 2), (5, True, 1), (7, True, 1), (9, True, 1), (11, True, 1)
-    ], seen  # fmt: skip
+    assert survivor["events"] == [
+        "replica group 1 exited with code -9; restarting it (1/1), it heals from a live group"
+    ], seen
+    assert all(e["committed"] for e in log) and [e["global_step"] for e in log] == list(range(1, 24, 2)), seen
+    assert [e["participants"] for e in log[:3]] == [2, 2, 1], seen
     stall = log[2]["seconds"]
     assert stall <= 2 * TIMEOUT + 1.0, f"the survivor's first sync alone took {stall:.1f}s (> 2 x timeout): {seen}"
-    assert survivor["global_step"] == 12, seen
+    back = next((i for i, e in enumerate(log) if i > 2 and e["participants"] == 2), None)
+    assert back is not None and all(e["participants"] == 2 for e in log[back:]), seen
+    assert all(e["participants"] == 1 for e in log[2:back]), seen
+    (heal,) = healed["heal_log"]
+    first = healed["commit_log"][0]
+    assert (heal["ft_step"], heal["global_step"]) == (log[back - 1]["ft_step"], log[back]["global_step"]), seen
+    assert (first["committed"], first["participants"], first["ft_step"], first["global_step"]) == (
+        True, 2, log[back]["ft_step"], 1
+    ), seen  # fmt: skip
+    assert survivor["global_step"] == 24, seen
     reference = diloco_replay(
-        12,
-        _syncs(log, {2: [0, 1], 1: [0]}),
-        world=2,
-        sync_every=2,
-        fragments=[[name for names in FRAGMENTS for name in names]],
-        inner="sgd",
-    )
+        24, _syncs(log, {2: [0, 1], 1: [0]}), world=2, sync_every=2, fragments=[[n for f in FRAGMENTS for n in f]],
+        inner="sgd", heal=(log[back]["global_step"], first["global_step"]),
+    )  # fmt: skip
     assert_same(weights(survivor, reference["groups"][0]), reference["groups"][0])
-    print(f"the survivor's first sync alone took {stall:.2f}s")
+    print(f"the survivor's first sync alone took {stall:.2f}s; group 1 healed at step {heal['global_step']}")

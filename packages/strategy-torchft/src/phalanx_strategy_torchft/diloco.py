@@ -421,9 +421,9 @@ class FTDiLoCoStrategy(FTDDPStrategy):
         if "diloco" in checkpoint:
             self.load_diloco_state(checkpoint["diloco"])
             return
+        params = dict(self.require_module().named_parameters())
         with torch.no_grad():
             for names, fragment in zip(self.fragments, self._diloco._fragments):
-                params = dict(self.require_module().named_parameters())
                 for index, name in enumerate(names):
                     fragment.original_parameters[str(index)].copy_(params[name].detach())
 

@@ -109,6 +109,7 @@ def diloco_replay(
     delay: int = 0,
     inner: str = "adamw",
     resume: tuple[int, dict[str, Any]] | None = None,
+    heal: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Plain PyTorch DiLoCo over ``world`` groups of one rank each, up to inner step ``steps``.
 
@@ -120,7 +121,10 @@ def diloco_replay(
     global weights with it. Either way every group then continues from the global weights of that
     fragment. ``resume`` is ``(step, checkpoint)``: start at that step with every group holding the
     checkpoint's weights and inner optimizer state, and its DiLoCo state (``syncs`` then lists the
-    syncs from there on).
+    syncs from there on). ``heal`` is ``(step, own_step)``: group 1, restarted, healed from group 0
+    when that sync's pseudo-gradient was taken after inner step ``step``, its own step count being
+    ``own_step`` (torchft: it receives group 0's weights and inner optimizer state, so both send the
+    same pseudo-gradient); it then reads its shard from its own step ``own_step + 1`` on.
 
     Returns:
         ``groups``: each group's weights after the last step (the global weights of each fragment
@@ -154,11 +158,14 @@ def diloco_replay(
         local, ft_step = state["local_step"], state["manager"]["step"]
     pseudo: dict[str, torch.Tensor] = {}
     for step in range(first, steps):
-        epoch, batch_idx = divmod(step, per_epoch)
         for rank, (net, optimizer) in enumerate(zip(groups, inners)):
+            own = step - (heal[0] - heal[1]) if heal is not None and rank == 1 and step > heal[0] else step
             optimizer.zero_grad()
-            loss_fn(net.net, shard_batch(world, rank, epoch, batch_idx)).backward()
+            loss_fn(net.net, shard_batch(world, rank, *divmod(own, per_epoch))).backward()
             optimizer.step()
+        if heal is not None and step == heal[0]:
+            groups[1].load_state_dict(groups[0].state_dict())
+            inners[1].load_state_dict(copy.deepcopy(inners[0].state_dict()))
         local += 1
         fragment = ft_step % len(fragments)
         names = fragments[fragment]

@@ -7,7 +7,7 @@ devices, replica_groups, min_replicas, timeout, quorum_timeout, lighthouse, max_
 accumulate / clip (Trainer's accumulate_grad_batches / gradient_clip_val),
 kill_group / kill_step (SIGKILL that group's processes, every rank, during that step, once), step_sleep (seconds
 per step, so a restarted group finds the others still training), alone_sleep (seconds per step
-while the previous step committed with one group only: the survivor waits for the restarted group
+while the previous step committed with one group only, in groups other than kill_group: the survivor waits for the restarted group
 without slowing the rest of the run), heal_after_alone (the restarted group waits before its fit
 until the survivor has committed a step alone, so the drop is seen however fast the restart is),
 seed_by_group (each group seeds its Module differently),
@@ -77,7 +77,8 @@ class Net(phalanx.Module):
         alone = bool(log) and log[-1]["committed"] and log[-1]["participants"] == 1
         if OPTIONS.get("heal_after_alone") and alone and self.trainer.global_rank == 0 and not os.path.exists(ALONE):
             write_json(ALONE, {"group": strategy.replica_group_id, "global_step": log[-1]["global_step"]})
-        if OPTIONS.get("alone_sleep") and log and log[-1]["participants"] == 1:
+        survivor = strategy.replica_group_id != OPTIONS.get("kill_group")  # a restarted ft_diloco group ends alone
+        if OPTIONS.get("alone_sleep") and survivor and log and log[-1]["participants"] == 1:
             time.sleep(OPTIONS["alone_sleep"])
         return loss_fn(self.net, batch)
 
