@@ -78,6 +78,32 @@ def test_bad_diloco_options_are_refused_naming_the_fix() -> None:
     assert (strategy.sync_interval, strategy.fragment_sync_delay) == (2, 1)
 
 
+def test_fragments_and_checkpoint_state_are_checked() -> None:
+    """The fragment split (contiguous, balanced by size, none empty) and the resume checks, without a fit."""
+    import torch
+    from phalanx_strategy_torchft.diloco import check_diloco_state, split_fragments
+
+    from phalanx.errors import CheckpointError
+
+    def names(sizes: list[int], n: int) -> list[list[str]]:
+        named = [(f"p{i}", torch.nn.Parameter(torch.zeros(size))) for i, size in enumerate(sizes)]
+        return [[name for name, _ in run] for run in split_fragments(named, n)]
+
+    assert names([128, 16, 16, 1], 2) == [["p0"], ["p1", "p2", "p3"]]
+    assert names([128, 16, 16, 1], 3) == [["p0"], ["p1"], ["p2", "p3"]]
+    assert names([10, 10, 10, 10], 2) == [["p0", "p1"], ["p2", "p3"]]
+    assert names([1, 1, 100], 3) == [["p0"], ["p1"], ["p2"]]
+    fragments = [["p0"], ["p1"]]
+    state = {"sync_every": 8, "num_fragments": 2, "fragments": fragments, "fragment_sync_delay": 1, "local_step": 0}
+    check_diloco_state(state, sync_every=8, num_fragments=2, fragments=fragments)
+    with pytest.raises(CheckpointError, match=r"sync_every=8, num_fragments=2.*this run has sync_every=4.*Fix: resume"):
+        check_diloco_state(state, sync_every=4, num_fragments=2, fragments=fragments)
+    with pytest.raises(
+        CheckpointError, match=r"saved 3 inner steps after a sync.*steps 3\.\.3 of each 4.*multiple of 4"
+    ):
+        check_diloco_state({**state, "local_step": 3}, sync_every=8, num_fragments=2, fragments=fragments)
+
+
 def test_unreachable_lighthouse_fails_at_trainer_construction() -> None:
     address = f"http://127.0.0.1:{find_free_port()}"
     started = time.monotonic()

@@ -37,7 +37,7 @@ from phalanx.strategies.parallel import ParallelStrategy
 from phalanx_strategy_torchft._groups import ENV_START
 from phalanx_strategy_torchft.strategy import FTDDPStrategy
 
-__all__ = ["FTDiLoCoStrategy", "default_outer_optimizer", "split_fragments"]
+__all__ = ["FTDiLoCoStrategy", "check_diloco_state", "default_outer_optimizer", "split_fragments"]
 
 #: An outer optimizer factory: called once per fragment with that fragment's parameters.
 OuterOptimizerFactory = Callable[[list[nn.Parameter]], Optimizer]
@@ -65,6 +65,42 @@ def split_fragments(named: list[tuple[str, nn.Parameter]], num_fragments: int) -
         if to_open > 0 and (done * num_fragments >= total * len(runs) or left == to_open):
             runs.append([])
     return runs
+
+
+def check_diloco_state(
+    state: Mapping[str, Any],
+    *,
+    sync_every: int,
+    num_fragments: int,
+    fragments: list[list[str]],
+    source: str = "the checkpoint",
+) -> None:
+    """Refuse DiLoCo state that this run cannot resume from.
+
+    Raises:
+        CheckpointError: It was saved with another ``sync_every`` or fragment split, or while a
+            fragment's all-reduce was in flight (``fragment_sync_delay`` steps before a sync: its
+            pseudo-gradient is not in a checkpoint).
+    """
+    saved = (state.get("sync_every"), state.get("num_fragments"), state.get("fragments"))
+    if saved != (sync_every, num_fragments, fragments):
+        msg = (
+            f"{source} holds ft_diloco state for sync_every={saved[0]}, num_fragments={saved[1]} (fragments "
+            f"{saved[2]}), but this run has sync_every={sync_every}, num_fragments={num_fragments} (fragments "
+            f"{fragments}). Fix: resume with the options the checkpoint was saved with."
+        )
+        raise CheckpointError(msg)
+    interval = sync_every // num_fragments
+    local_step = int(state["local_step"])
+    delay = int(state.get("fragment_sync_delay", 0))
+    if delay and interval - delay <= local_step < interval:
+        msg = (
+            f"{source} was saved {local_step} inner steps after a sync, while a fragment's all-reduce was in flight "
+            f"(fragment_sync_delay={delay}: steps {interval - delay}..{interval - 1} of each {interval}); its "
+            "pseudo-gradient is not in a checkpoint. Fix: resume from a checkpoint saved at another step (e.g. "
+            f"ModelCheckpoint(every_n_train_steps=...) a multiple of {interval})."
+        )
+        raise CheckpointError(msg)
 
 
 def _check_int(name: str, value: Any, low: int, example: str) -> int:
@@ -371,24 +407,10 @@ class FTDiLoCoStrategy(FTDDPStrategy):
                 all-reduce was in flight (its pseudo-gradient is not in a checkpoint).
         """
         diloco = self._require_diloco()
-        saved = (state.get("sync_every"), state.get("num_fragments"), state.get("fragments"))
-        if saved != (self.sync_every, self.num_fragments, self.fragments):
-            msg = (
-                f"{source} holds ft_diloco state for sync_every={saved[0]}, num_fragments={saved[1]} (fragments "
-                f"{saved[2]}), but this run has sync_every={self.sync_every}, num_fragments={self.num_fragments} "
-                f"(fragments {self.fragments}). Fix: resume with the options the checkpoint was saved with."
-            )
-            raise CheckpointError(msg)
+        check_diloco_state(
+            state, sync_every=self.sync_every, num_fragments=self.num_fragments, fragments=self.fragments, source=source
+        )
         local_step = int(state["local_step"])
-        delay = int(state.get("fragment_sync_delay", 0))
-        if delay and self.sync_interval - delay <= local_step < self.sync_interval:
-            msg = (
-                f"{source} was saved {local_step} inner steps after a sync, while a fragment's all-reduce was in "
-                f"flight (fragment_sync_delay={delay}: steps {self.sync_interval - delay}..{self.sync_interval - 1} "
-                "of each interval); its pseudo-gradient is not in a checkpoint. Fix: resume from a checkpoint saved "
-                f"at another step (e.g. every_n_train_steps a multiple of {self.sync_interval})."
-            )
-            raise CheckpointError(msg)
         originals = state["original_parameters"]
         with torch.no_grad():
             for names, fragment in zip(self.fragments, diloco._fragments):
