@@ -1,6 +1,6 @@
 """Every distributed strategy against the same training written by hand in plain PyTorch: step time.
 
-Run:  python benchmarks/bench_strategies_vs_raw.py [--rows fsdp tp ...] [--steps 30 --blocks 4] [--quick]
+Run:  python benchmarks/bench_strategies_vs_raw.py [--rows fsdp tp ...] [--steps 25 --blocks 8] [--quick]
 
 Each row trains one model two ways on 2 CPU ranks (gloo, OMP_NUM_THREADS=1): the *raw* loop a user
 writes with torch (or deepspeed, or torchft) alone, and ``phalanx.Trainer`` with the strategy. Both
@@ -8,7 +8,10 @@ run in the same worker processes, in alternating blocks (raw, phalanx, phalanx, 
 from other programs hits both alike. A block is a fresh model trained for ``--steps`` steps; its step
 time is the median interval between step starts after ``_WARMUP`` steps. Reported per row: the
 median over blocks of each side, the ratio phalanx / raw per block pair and its median (target
-<= 1.02), and the load average when the row ran.
+<= 1.02, wall clock), the same for the mean step, rank 0's CPU time per step and its fastest step,
+the load average before and after the row, and, independent of load, the Python calls and the
+collectives issued from Python per step on each side (counted over a few steps with
+``sys.setprofile``: what phalanx adds, whatever the machine is doing).
 
 Rows (one ``raw_*`` and one ``phalanx_*`` function each, side by side below):
 
@@ -20,7 +23,7 @@ Rows (one ``raw_*`` and one ``phalanx_*`` function each, side by side below):
 * ``cp``: context parallel over 2 ranks. torch's ``context_parallel()`` fails on CPU in torch 2.13
   (no sharding strategy for the CPU flash-attention kernels), which is why phalanx does not use it;
   the raw loop does what phalanx does, by hand: each rank keeps two chunks of every sequence, the
-  attention all-gathers keys and values (autograd-aware), FSDP averages the gradients.
+  attention (not causal) all-gathers keys and values (autograd-aware), FSDP averages the gradients.
 * ``ep``: expert parallel over 2 ranks: a top-2 MoE of 4 stacked experts, 2 per rank, the
   package's ``ExpertParallel`` style applied with ``parallelize_module`` (torch has none of its
   own) and ``fully_shard`` by hand; the row measures what the strategy and the Trainer add.
