@@ -51,7 +51,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -100,10 +100,10 @@ def tp_plan() -> dict[str, Any]:
     return {f"{i}.up": ColwiseParallel() for i in range(DEPTH)} | {f"{i}.down": RowwiseParallel() for i in range(DEPTH)}
 
 
-def pp_stages(net: nn.Sequential) -> list[nn.Module]:
+def pp_stages(net: nn.Module) -> list[nn.Module]:
     """Two stages: the first half of the blocks, then the rest with the head."""
-    half = DEPTH // 2
-    return [nn.Sequential(*net[:half]), nn.Sequential(*net[half:])]
+    layers, half = list(net.children()), DEPTH // 2
+    return [nn.Sequential(*layers[:half]), nn.Sequential(*layers[half:])]
 
 
 class AttentionBlock(nn.Module):
@@ -245,7 +245,7 @@ def raw_fsdp(steps: int) -> list[Stamp]:
     from torch.distributed.fsdp import fully_shard
 
     net = mlp()
-    for block in net[:DEPTH]:
+    for block in list(net)[:DEPTH]:
         fully_shard(block)
     fully_shard(net)
     optimizer = torch.optim.Adam(net.parameters(), lr=LR)
@@ -378,8 +378,9 @@ def raw_cp(steps: int) -> list[Stamp]:
 
     rank, size = dist.get_rank(), 2
     net = attention_net()
-    for block in net[:2]:
-        block.cp_group = dist.group.WORLD
+    for block in net.modules():
+        if isinstance(block, AttentionBlock):
+            block.cp_group = dist.group.WORLD
     fully_shard(net)  # the ranks see different tokens of the same sequences: average their gradients
     optimizer = torch.optim.Adam(net.parameters(), lr=LR)
     stamps = []
@@ -471,7 +472,7 @@ class ExpertParallelMoE(Timed):
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         self.stamps.append(now())
         x, y = batch
-        return moe_loss(self.net, x, y)
+        return moe_loss(cast(MoENet, self.net), x, y)
 
 
 def phalanx_ep(steps: int) -> list[Stamp]:
