@@ -2,7 +2,7 @@
 ``ft_hsdp`` the FSDP2 shards of its group plus the flat gradient buffer, and one gathered unit in
 forward and backward (``transient``); the optimizer's temporaries are per local shard (``step``).
 
-``ft_diloco`` holds ft_ddp's replica plus the global weights of the last sync (torchft keeps them
+``ft_diloco`` holds ft_ddp's replica (without DDP's buckets in a group of one rank) plus the global weights of the last sync (torchft keeps them
 in host memory, ``cpu``), the outer optimizer's state (Nesterov SGD: one momentum per weight, on
 the device) and, during a sync, the pseudo-gradient of the fragment being synchronised (``step``).
 
@@ -90,9 +90,10 @@ def _diloco(request: MemoryRequest) -> MemoryEstimate:
     base = replicated_estimate(
         request,
         layout=f"replicated x{request.world_size} (replica groups x ranks per group)",
-        other=request.model.trainable_numel * request.bytes.gradients,
+        other=request.model.trainable_numel * request.bytes.gradients if request.world_size > 1 else 0,
         notes=(
-            "other: DDP gradient buckets (a 2nd copy); optimizer_states: inner optimizer + outer Nesterov momentum; "
+            "other: DDP gradient buckets (a 2nd copy; none in a group of one rank, which runs the Module bare); "
+            "optimizer_states: inner optimizer + outer Nesterov momentum; "
             "cpu: the global weights of the last sync; step: one fragment's pseudo-gradient",
         ),
     )

@@ -228,14 +228,17 @@ class FTDiLoCoStrategy(FTDDPStrategy):
     def wrap_model(self, model: nn.Module, *, training: bool) -> nn.Module:
         """Fitting: create this group's torchft Manager; DDP inside the group averages every inner step.
 
-        ``init_sync`` is off: torchft would otherwise make every group but one heal at each quorum
-        of torchft step 0, here the first sync, discarding their first ``sync_every`` inner steps.
-        The groups must therefore start from the same weights (seed them alike).
+        A group of one rank has nothing to average: its Module runs bare (DDP's reducer would only
+        add its hooks and bucket copies to every step). ``init_sync`` is off: torchft would
+        otherwise make every group but one heal at each quorum of torchft step 0, here the first
+        sync, discarding their first ``sync_every`` inner steps (see :meth:`setup` for equal starts).
         """
         if not training:
             return super().wrap_model(model, training=False)
         self._manager = self._create_manager(init_sync=False)
         FTDDPStrategy._fits += 1
+        if self.group_size == 1:
+            return ParallelStrategy.wrap_model(self, model, training=True)
         device_ids = None if self.root_device.type == "cpu" else [self.root_device.index or 0]
         return DistributedDataParallel(model, device_ids=device_ids, **self._ddp_kwargs)
 
