@@ -25,6 +25,8 @@ class ContextParallelSteps:
     """Training step and backward under context parallel; a no-op layer when ``context_parallel_size == 1``."""
 
     _cp_checked: bool
+    #: The mesh, and its context-parallel group and this rank's place in it (see _context_parallel_mode).
+    _cp_group: tuple[Any, Any, int] | None = None
     _module: Any
     _device_mesh: Any
     context_parallel_seq_dims: Any
@@ -36,9 +38,14 @@ class ContextParallelSteps:
         return context_parallel_positions(local_seq_len, device)
 
     def _context_parallel_mode(self) -> ContextParallelAttention:
-        layout = self.layout
-        cp_mesh = self.device_mesh[CONTEXT_PARALLEL]
-        return ContextParallelAttention(cp_mesh.get_group(), layout.context_parallel, cp_mesh.get_local_rank())
+        mesh = self.device_mesh
+        if self._cp_group is None or self._cp_group[0] is not mesh:
+            # once per mesh: slicing a DeviceMesh builds a new sub-mesh each time (about 800 Python
+            # calls in torch 2.13), and a step enters this mode twice (step, backward)
+            cp_mesh = mesh[CONTEXT_PARALLEL]
+            self._cp_group = (mesh, cp_mesh.get_group(), cp_mesh.get_local_rank())
+        _, group, rank = self._cp_group
+        return ContextParallelAttention(group, self.layout.context_parallel, rank)
 
     def _context_parallel_step(self, *args: Any, **kwargs: Any) -> Any:
         """Split the batch's sequences, run the step with whole-sequence attention, check SDPA ran."""
