@@ -92,13 +92,14 @@ def test_group_killed_between_syncs_loses_only_its_inner_steps_and_heals_at_a_sy
     then commits alone with its own pseudo-gradient; group 1's inner step 4 is lost with it. Group
     1, restarted, waits for that sync alone (``heal_after_alone``), trains its first 2 steps, then
     heals at the survivor's next sync (weights, optimizer states, torchft's step) and sends the
-    same pseudo-gradient; from then on both commit together. While alone the survivor sleeps 1 s
-    per step (``alone_sleep``): the restart has about 18 s to find it training. The survivor ends
-    with the weights of the replay of exactly those syncs, whichever sync the heal came at.
+    same pseudo-gradient; from then on both commit together. While alone the survivor waits for
+    the restarted group to have set up its fit (``wait_for_restart``), so the heal comes within a
+    sync or two however slow the restart is. The survivor ends with the weights of the replay of
+    exactly those syncs, whichever sync the heal came at.
     """
     job = start_fit(tmp_path, 4, diloco={"sync_every": 2}, inner="sgd", timeout=TIMEOUT, quorum_timeout=60,
                     max_restarts=1, kill_group=1, kill_step=5, kill_after_sync=2, heal_after_alone=True,
-                    alone_sleep=1.0)  # fmt: skip
+                    wait_for_restart=True)  # fmt: skip
     assert job.wait(180) == 0, job.output()
     survivor, healed = (load_json(tmp_path / f"group{g}_rank0.json") for g in (0, 1))
     log = survivor["commit_log"]

@@ -10,7 +10,9 @@ per step, so a restarted group finds the others still training), alone_sleep (se
 while the previous step committed with one group only, in groups other than kill_group: the survivor waits for the restarted group
 without slowing the rest of the run), heal_after_alone (the restarted group waits before its fit
 until the survivor has committed a step alone, so the drop is seen however fast the restart is),
-seed_by_group (each group seeds its Module differently),
+seed_by_group (each group seeds its Module differently), wait_for_restart (while its
+last step or sync was alone, the survivor waits for the restarted group to have set up its fit, so
+an ft_diloco group that heals only at a sync finds it still training, however slow the restart),
 kill_after_sync (the killed group dies only once group 0 has committed this many syncs, so the
 syncs before the kill include it on every run), save_at_step / resume (write a checkpoint when
 global_step reaches it; then fit again from that checkpoint and write ``*_resumed.json``).
@@ -42,6 +44,8 @@ ALONE = os.path.join(OUT, "committed_alone")
 ALONE_WAIT_SECONDS = 60.0
 #: The checkpoint save_at_step writes (the first fit) and resume reads (the second).
 CHECKPOINT = os.path.join(OUT, "mid.ckpt")
+#: Written by the restarted group when its fit is set up (wait_for_restart).
+RESTARTED = os.path.join(OUT, "restarted_fit")
 RESUMING = False  # the second fit (resume) saves no checkpoint
 
 
@@ -80,6 +84,8 @@ class Net(phalanx.Module):
         survivor = strategy.replica_group_id != OPTIONS.get("kill_group")  # a restarted ft_diloco group ends alone
         if OPTIONS.get("alone_sleep") and survivor and log and log[-1]["participants"] == 1:
             time.sleep(OPTIONS["alone_sleep"])
+        if OPTIONS.get("wait_for_restart") and survivor and alone and not os.path.exists(RESTARTED):
+            wait_for_file(RESTARTED)
         return loss_fn(self.net, batch)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -90,6 +96,12 @@ class Net(phalanx.Module):
             self.trainer.save_checkpoint(CHECKPOINT)
 
     def on_train_start(self) -> None:
+        strategy = self.trainer.strategy
+        restarted = os.path.exists(os.path.join(OUT, "killed")) and strategy.replica_group_id == OPTIONS.get(
+            "kill_group"
+        )
+        if restarted and self.trainer.global_rank == 0:
+            write_json(RESTARTED, {"group": strategy.replica_group_id})  # set up, about to train
         launcher = self.trainer.strategy.launcher
         lighthouse = getattr(getattr(launcher, "lighthouse", None), "proc", None)
         if lighthouse is not None:
