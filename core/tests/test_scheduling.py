@@ -201,7 +201,9 @@ def test_a_timed_test_of_one_run_waits_for_the_tests_of_another_run_sharing_the_
     Run A's test, once B has collected (B's conftest notes it), waits up to 3 s for run B's timed
     test to begin; with the shared lock B cannot begin, so A ends
     first and B's test finds A's end noted. Without the lock B's test begins during A's wait: A sees
-    it and ends at once, B finds nothing noted, and this test fails on either side.
+    it and ends at once, B finds nothing noted, and this test fails on either side. The tests
+    themselves do not see the variable: a pytest run that a test starts (as this file's tests do)
+    would otherwise wait, for a timed test, on the lock its own parent test holds.
     """
     from phalanx.testing.processes import Job
     from phalanx.testing.scheduling import SHARED_LOCK
@@ -222,7 +224,8 @@ def test_a_timed_test_of_one_run_waits_for_the_tests_of_another_run_sharing_the_
         ("b", "@pytest.mark.timing\n"
               "def test_b():\n"
               "    (FLAGS / 'b_started').touch()\n"
-              "    assert (FLAGS / 'a_done').exists()\n"),
+              "    assert (FLAGS / 'a_done').exists()\n"
+              "    assert 'PHALANX_MACHINE_LOCK' not in os.environ  # not passed on to what tests start\n"),
     ):  # fmt: skip
         suite = tmp_path / name
         suite.mkdir()

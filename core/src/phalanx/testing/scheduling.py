@@ -67,6 +67,7 @@ __all__ = ["SHARED_LOCK", "STARTS_PROCESSES", "ScopeScheduling", "TIMING", "UNKN
 TIMING = "timing"
 #: A folder for the machine lock shared by several pytest runs at once (two sessions' tests side by
 #: side): a timed test of either then waits for the other's tests too. Unset: each run has its own.
+#: The controlling pytest takes it out of its environment, so its tests' processes do not inherit it.
 SHARED_LOCK = "PHALANX_MACHINE_LOCK"
 #: The unit of work of every timed test (outside a job-running fixture's unit): one block, first.
 _TIMED_UNIT = "tests marked timing"
@@ -93,6 +94,8 @@ def starts_processes(path: Path) -> bool:
 _TERMINAL_VARS = ("COLUMNS", "LINES")
 #: The controller's folder for the workers' unit files and the machine lock (config.stash).
 _FOLDER = pytest.StashKey[Path]()
+#: The SHARED_LOCK folder the controller was given (config.stash), if any: the lock's folder then.
+_LOCK_FOLDER = pytest.StashKey[Path]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -147,6 +150,12 @@ def pytest_configure(config: pytest.Config) -> None:
                 os.environ[name] = value
     if workerinput is None and getattr(config.option, "numprocesses", None):
         config.stash[_FOLDER] = Path(tempfile.mkdtemp(prefix="phalanx-xdist-"))
+    if workerinput is None:
+        # Taken out of the environment before the workers start: the processes the tests start
+        # (a nested pytest run among them) must not take a lock their own test already holds.
+        shared = os.environ.pop(SHARED_LOCK, None)
+        if shared:
+            config.stash[_LOCK_FOLDER] = Path(shared)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -163,6 +172,7 @@ def pytest_configure_node(node: Any) -> None:
     folder = node.config.stash.get(_FOLDER, None)
     if folder is not None:
         node.workerinput["phalanx_folder"] = str(folder)
+        node.workerinput["phalanx_lock"] = str(node.config.stash.get(_LOCK_FOLDER, folder))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -247,13 +257,13 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
     A timed test whose next test on this worker is timed too keeps the exclusive lock for it.
     """
-    folder = getattr(item.config, "workerinput", {}).get("phalanx_folder")
+    folder = getattr(item.config, "workerinput", {}).get("phalanx_lock")
     if not folder or fcntl is None:
         return (yield)
     timed = _timed(item)
     if not _held:
         stack = contextlib.ExitStack()
-        stack.enter_context(_machine(Path(os.environ.get(SHARED_LOCK) or folder), exclusive=timed))
+        stack.enter_context(_machine(Path(folder), exclusive=timed))
         _held.append(stack)
     try:
         return (yield)
