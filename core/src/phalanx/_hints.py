@@ -52,6 +52,7 @@ _CLASS_NAMES: dict[str, str] = {
     "XLACheckpointIO": "phalanx-strategy-xla",
     "FTDDPStrategy": "phalanx-strategy-torchft",
     "FTHSDPStrategy": "phalanx-strategy-torchft",
+    "FTDiLoCoStrategy": "phalanx-strategy-torchft",
     "RayEnvironment": "phalanx-ray",
     "RayTrainReportCallback": "phalanx-ray",
 }
