@@ -132,15 +132,17 @@ def _pytest(
     session.run(*command, env={**(env or {}), **_lock_env()}, external=python != "python")
 
 
-#: Sessions whose tests run beside another session's tests in the default run, guest -> host: each
-#: keeps about one core of two busy alone (measured: tests-strategy-torchft 1.16 cores with three
-#: workers, tests-launcher-ray 1.01; integration 1.61, xla 1.12), so side by side they fill the
-#: machine instead of taking turns. When the host begins, the guest's pytest starts in the
-#: background (once its environment, made in the background, is ready) on BESIDE_WORKERS workers;
-#: the guest's own session then waits for it and shows its output. Both hold one machine lock
-#: (SHARED_LOCK), so a timed test of either still has the machine to itself. Run on its own
-#: (`nox -s tests-launcher-ray`), a guest runs as any session does.
-BESIDE = {"tests-launcher-ray": "tests-strategy-torchft", "xla": "integration"}
+#: Sessions whose tests run beside another session's tests in the default run, guest -> host: a
+#: guest keeps about one core of two busy alone (measured: tests-launcher-ray 1.01, xla 1.12), so
+#: beside a host it fills the idle core instead of taking a turn. When the host begins, the guest's
+#: pytest starts in the background (once its environment, made in the background, is ready) on
+#: BESIDE_WORKERS workers; the guest's own session then waits for it and shows its output. Every
+#: pytest run shares one machine lock (SHARED_LOCK), so a timed test of either still has the machine
+#: to itself, which is why the hosts are sessions without timed tests: beside tests-strategy-torchft
+#: (about 100 s of timed tests first) the Ray tests waited them out, and the two took 276 s against
+#: an estimated 263 s one after the other. Run on its own (`nox -s tests-launcher-ray`), a guest runs
+#: as any session does.
+BESIDE = {"tests-launcher-ray": "tests-strategy-fsdp", "xla": "integration"}
 BESIDE_WORKERS = {"tests-launcher-ray": 1, "xla": 1}
 #: guest -> its pytest running in the background, the file with its output, when it began.
 _guests: dict[str, tuple[subprocess.Popen[bytes], Path, float]] = {}
@@ -178,7 +180,7 @@ def _start_guest(session: nox.Session, guest: str) -> bool:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
                                    env={**os.environ, **env, **_lock_env()})  # fmt: skip
     atexit.register(process.kill)  # nox stopped early (Ctrl-C, a crash): the guest goes with it
-    _guests[guest] = (process, output, time.monotonic())
+    _guests[guest] = (process, output, time.time())
     return True
 
 
@@ -195,7 +197,8 @@ def _run_guest(session: nox.Session, *, workers: bool) -> None:
     session.log(f"waiting for {session.name}'s tests, begun beside {BESIDE[session.name]}")
     code = process.wait()
     print(output.read_text(errors="replace"), flush=True)
-    session.log(f"{session.name}'s tests ran {time.monotonic() - started:.0f} s beside {BESIDE[session.name]}")
+    ran = output.stat().st_mtime - started  # pytest's last line is written as it ends
+    session.log(f"{session.name}'s tests ran {ran:.0f} s beside {BESIDE[session.name]}")
     if code != 0:
         session.error(f"{session.name}'s tests failed (exit {code}; output above, also in {output})")
 
@@ -246,7 +249,7 @@ def tests_launcher_ray(session: nox.Session) -> None:
     """packages/launcher-ray on a real local Ray cluster, in a venv of its own made in the background
     (Ray Train's install is large: it stays off the shared environment's critical path): the core,
     the package with ray[train], and the strategies its runs train under (ddp, fsdp, local_sgd). In
-    the default run its tests run beside tests-strategy-torchft's (BESIDE)."""
+    the default run its tests run beside tests-strategy-fsdp's (BESIDE)."""
     _run_guest(session, workers=True)
 
 
