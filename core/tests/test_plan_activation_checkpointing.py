@@ -56,16 +56,18 @@ def test_blocks_are_traced_one_by_one() -> None:
     assert sum(inside for _, inside in summary.block_activations) < summary.activation_bytes
 
 
-def test_full_checkpointing_keeps_block_inputs_and_one_recompute() -> None:
+def test_full_checkpointing_keeps_block_inputs_and_one_recompute_with_its_gradients() -> None:
     plain = _request()
     full = _request({Block})
     traced, blocks = plain.model.activation_bytes, plain.model.block_activations
     assert traced is not None
     inside = sum(saved for _, saved in blocks)
-    expected = traced - inside + sum(given for given, _ in blocks) + max(saved for _, saved in blocks)
+    # the recomputed block's saved tensors, and their gradients beside them in that block's backward
+    expected = traced - inside + sum(given for given, _ in blocks) + 2 * max(saved for _, saved in blocks)
     assert checkpointing_mode(full) == "full"
     assert activation_estimate(full) == expected
-    assert activation_estimate(full) < 0.5 * activation_estimate(plain)  # type: ignore[operator]
+    # four blocks' saved tensors against four inputs and one block's saved tensors and gradients
+    assert activation_estimate(full) < 0.65 * activation_estimate(plain)  # type: ignore[operator]
     assert activation_estimate(_request(ActivationCheckpointing({Block}, mode="full"))) == expected
 
 
