@@ -58,9 +58,16 @@ COLD_VARIABLES = (
     "COVERAGE_PROCESS_START",
 )
 #: What the parent imports before it forks anything. Not torch._dynamo, although building any torch
-#: optimizer imports it (1.5 s of one core per job): two plain torch DDP ranks forked after it was
-#: imported hung in their first collective (fsdp's reference run), while imported after the fork
-#: it is harmless.
+#: optimizer imports it (about 1 s of one core per job; a tiny fit in a warm child takes 1.2 s of CPU
+#: without it preloaded, 0.2 s with it): with it preloaded, 2 of 20 runs of a plain torch DDP script
+#: (fsdp's reference) hung at its end. Not a fork problem (no thread exists before the fork): torch
+#: 2.13's gloo teardown can deadlock. The autograd engine stashes a Python object in the
+#: thread-local state each collective of backward captures; when a gloo worker thread drops the
+#: last reference to such a collective it needs the GIL, while the main thread holds it in the
+#: process group's destructor, joining that worker (seen with py-spy: ``~ProcessGroupGloo`` in
+#: ``std::thread::join`` under the DDP reducer's dealloc; the worker in ``~AsyncWork`` waiting in
+#: ``gil_scoped_acquire``). A job that skips the import's second of work reaches its end fast enough
+#: to meet that race in about one run in ten; none of 20 hung without the preload.
 PRELOAD = ("torch", "torch.distributed", "torch.nn", "torch.optim", "torch.utils.data")
 #: Set to "0" to start every job cold.
 SWITCH = "PHALANX_TEST_WARM"
