@@ -66,8 +66,11 @@ COLD_VARIABLES = (
 #: last reference to such a collective it needs the GIL, while the main thread holds it in the
 #: process group's destructor, joining that worker (seen with py-spy: ``~ProcessGroupGloo`` in
 #: ``std::thread::join`` under the DDP reducer's dealloc; the worker in ``~AsyncWork`` waiting in
-#: ``gil_scoped_acquire``). A job that skips the import's second of work reaches its end fast enough
-#: to meet that race in about one run in ten; none of 20 hung without the preload.
+#: ``gil_scoped_acquire``). What makes it likely is torch._dynamo imported before the process group
+#: exists, in a forked process: 3 of 20 warm runs hung when the script itself imported it first,
+#: 0 of 20 when the script ran cold with that import, and 0 of 20 warm as written (dynamo comes
+#: with the optimizer, after the group). phalanx's own teardown did not hang (30 of 30 warm ddp
+#: fits with the preload), but the suite's plain-torch reference scripts do.
 PRELOAD = ("torch", "torch.distributed", "torch.nn", "torch.optim", "torch.utils.data")
 #: Set to "0" to start every job cold.
 SWITCH = "PHALANX_TEST_WARM"
