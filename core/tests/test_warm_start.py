@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,48 @@ def test_the_warm_parent_belongs_to_no_job_and_no_test(tmp_path: Path) -> None:
     with open(f"/proc/{parent}/environ", "rb") as fh:
         environ = fh.read()
     assert b"PHALANX_TEST_JOB=" not in environ and b"PHALANX_TEST_CASE=" not in environ
+
+
+_LAUNCHER_JOB = Path(__file__).parent / "launcher_scripts" / "launcher_job.py"
+
+
+@pytest.mark.parametrize("ranks", ["warm", "real start"])
+def test_a_warm_jobs_ranks_are_forked_warm_unless_their_start_is_under_test(tmp_path: Path, ranks: str) -> None:
+    """The popen launcher of a warm job asks the warm parent for its ranks (phalanx.launchers.
+    _warm_ranks): each is the parent's child, not the launcher's, with the launcher's environment,
+    streams and exit reported back; ``PHALANX_TEST_WARM_RANKS=0`` keeps the real ``Popen``."""
+    env = {} if ranks == "warm" else {"PHALANX_TEST_WARM_RANKS": "0"}
+    job = Job([sys.executable, str(_LAUNCHER_JOB), "ok", str(tmp_path)], tmp_path, env=env, warm=True)
+    assert job.wait(90) == 0 and job.warm, job.output()
+    seen = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [s["env"]["LOCAL_RANK"] for s in seen] == ["0", "1"]
+    assert seen[0]["env"]["MASTER_PORT"] == seen[1]["env"]["MASTER_PORT"]
+    assert seen[1]["argv"] == seen[0]["argv"]
+    expected_parent = warm_parent().pid if ranks == "warm" else seen[0]["pid"]
+    assert seen[1]["ppid"] == expected_parent, (seen, warm_parent().pid)
+    assert (tmp_path / "rank1.done").exists()  # the launcher waited for the rank's exit, reported back
+    assert f"READY 1 {seen[1]['pid']}" in job.stdout  # the rank writes to the launcher's stdout
+    assert not job.leftovers()
+
+
+def test_a_warm_rank_is_the_jobs_until_it_ends_and_dies_with_its_launcher(tmp_path: Path) -> None:
+    """A forked rank shows no marker in /proc and is in a session of its own, so the parent lists
+    it for the leak checks; when the launcher is SIGKILLed the parent kills the rank, as the
+    parent-death signal of a ``Popen``-ed rank would."""
+    job = Job([sys.executable, str(_LAUNCHER_JOB), "sleep"], tmp_path, warm=True)
+    try:
+        deadline = time.monotonic() + 90
+        while job.stdout.count("READY") < 2 and job.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ready = dict(line.split()[1:] for line in job.stdout.splitlines() if line.startswith("READY"))
+        assert set(ready) == {"0", "1"}, job.output()
+        rank1 = int(ready["1"])
+        assert rank1 in job.leftovers(grace=0.0)
+        os.kill(job.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while rank1 in job.leftovers(grace=0.0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert rank1 not in job.leftovers(grace=0.0), "the rank outlived its SIGKILLed launcher"
+    finally:
+        job.kill()
+    assert not job.leftovers()

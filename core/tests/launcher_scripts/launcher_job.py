@@ -23,7 +23,7 @@ def work(mode: str, out: str) -> str:
     print(f"READY {rank} {os.getpid()}", flush=True)
     if mode == "ok":
         with open(os.path.join(out, f"rank{rank}.json"), "w") as fh:
-            json.dump({"env": {k: os.environ.get(k) for k in _VARS}, "argv": sys.argv, "pid": os.getpid()}, fh)
+            json.dump({"env": {k: os.environ.get(k) for k in _VARS}, "argv": sys.argv, "pid": os.getpid(), "ppid": os.getppid()}, fh)
         if rank == 1:
             time.sleep(1.0)  # finishes after rank 0: the parent must wait for it
             with open(os.path.join(out, "rank1.done"), "w") as fh:

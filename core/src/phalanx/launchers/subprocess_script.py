@@ -26,6 +26,7 @@ from phalanx.launchers._process import (
     stop_processes,
     tag_exception,
 )
+from phalanx.launchers._warm_ranks import WarmRank, start_warm_rank
 from phalanx.launchers.launcher import Launcher
 
 __all__ = ["SubprocessScriptLauncher", "script_command"]
@@ -64,7 +65,7 @@ def script_command() -> list[str]:
 class _Child:
     """A :class:`~phalanx.launchers._process.ProcessHandle` over ``subprocess.Popen``."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], local_rank: int, global_rank: int) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes] | WarmRank, local_rank: int, global_rank: int) -> None:
         self.proc = proc
         self.pid = proc.pid
         self.local_rank = local_rank
@@ -100,7 +101,7 @@ class SubprocessScriptLauncher(Launcher):
         self.cluster_environment = cluster_environment
         self.num_processes = num_processes
         self.num_nodes = num_nodes
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.procs: list[subprocess.Popen[bytes] | WarmRank] = []
         self._children: list[_Child] = []
         self._observer: _ChildObserver | None = None
 
@@ -169,7 +170,9 @@ class SubprocessScriptLauncher(Launcher):
         base_rank = env.node_rank() * self.num_processes
         for local_rank in range(1, self.num_processes):
             child_env = {**os.environ, "LOCAL_RANK": str(local_rank)}
-            proc = subprocess.Popen(command, env=child_env, cwd=os.getcwd(), preexec_fn=preexec)
+            proc = start_warm_rank(command, child_env, os.getcwd()) or subprocess.Popen(
+                command, env=child_env, cwd=os.getcwd(), preexec_fn=preexec
+            )
             self.procs.append(proc)
             self._children.append(_Child(proc, local_rank, base_rank + local_rank))
         _launched_here.set()

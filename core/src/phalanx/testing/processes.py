@@ -21,7 +21,8 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from phalanx.testing.warm import can_start_warm, exit_file, warm_parent
+from phalanx.launchers._warm_ranks import ForkedChild
+from phalanx.testing.warm import can_start_warm, exit_file, warm_parent, warm_rank_pids
 
 __all__ = [
     "MARKER_VAR",
@@ -77,7 +78,7 @@ def marked_processes(prefix: str = _SESSION) -> list[int]:
             continue
         if state != b"Z" and any(item.startswith(needle) for item in environ.split(b"\0")):
             found.append(int(entry))
-    return found
+    return sorted(set(found) | set(warm_rank_pids(prefix)))  # forked ranks do not show the marker
 
 
 def session_processes(session: int) -> list[int]:
@@ -130,7 +131,7 @@ def kill_marked(prefix: str = _SESSION) -> list[int]:
     return pids
 
 
-class ForkedProcess:
+class ForkedProcess(ForkedChild):
     """The ``subprocess.Popen`` surface a :class:`Job` uses, for a job forked by the warm parent.
 
     The job is the warm parent's child, not this process's: its exit status arrives as a file
@@ -155,16 +156,6 @@ class ForkedProcess:
             time.sleep(0.01)
         assert self.returncode is not None
         return self.returncode
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def send_signal(self, signum: int) -> None:
-        if self.poll() is None:
-            try:
-                os.kill(self.pid, signum)
-            except ProcessLookupError:
-                pass
 
 
 class Job:

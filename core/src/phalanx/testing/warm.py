@@ -23,6 +23,7 @@ closes, i.e. when the test process that started it ends, however it ends.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import select
@@ -32,8 +33,11 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-__all__ = ["COLD_VARIABLES", "WarmParent", "can_start_warm", "warm_parent"]
+from phalanx.launchers._warm_ranks import VARIABLE as RANKS_VARIABLE
+
+__all__ = ["COLD_VARIABLES", "WarmParent", "can_start_warm", "warm_parent", "warm_rank_pids"]
 
 #: Environment variables read when the interpreter or torch starts, which a forked child could not
 #: honour: a job whose environment sets one to a value other than this process's starts cold.
@@ -96,6 +100,9 @@ class WarmParent:
     def __init__(self) -> None:
         self._process: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
+        #: Where the parent listens for rank requests and lists the ranks it forked (see
+        #: :func:`warm_rank_pids`); None until it has started.
+        self.ranks_folder: Path | None = None
 
     def start(self, command: Sequence[str], *, env: dict[str, str], cwd: Path, stdout: Path, stderr: Path) -> int:
         """Fork ``command`` (``[python, script, ...]`` or ``[python, -m, module, ...]``); return its pid."""
@@ -130,6 +137,9 @@ class WarmParent:
                 env=env,
                 start_new_session=True,
             )
+            assert self._process.stdout is not None
+            hello = self._process.stdout.readline()  # {"ranks": folder} once torch is imported
+            self.ranks_folder = Path(json.loads(hello)["ranks"]) if hello else None
         return self._process
 
     def close(self) -> None:
@@ -165,6 +175,28 @@ def warm_parent() -> WarmParent:
     return _parent
 
 
+def warm_rank_pids(prefix: str) -> list[int]:
+    """Live ranks this process's warm parent forked for jobs whose marker starts with ``prefix``.
+
+    A warm rank (:mod:`phalanx.launchers._warm_ranks`) is forked, not started from a new
+    interpreter, so ``/proc/PID/environ`` does not show the job's marker, and it is in a session of
+    its own: the parent lists each one it forked as a file ``MARKER@PID`` until it reaps it.
+    """
+    folder = _parent.ranks_folder if _parent is not None else None
+    if folder is None:
+        return []
+    found = []
+    for path in (folder / "ranks").glob(f"{glob.escape(prefix)}*@*"):
+        pid = int(path.name.rsplit("@", 1)[1])
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                if fh.read().rsplit(b")", 1)[-1].split()[0] != b"Z":
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
 def exit_file(stdout: Path) -> Path:
     """Where the parent writes the exit status of the job whose stdout is ``stdout``."""
     return stdout.with_name(stdout.name + ".exit")
@@ -175,6 +207,7 @@ def exit_file(stdout: Path) -> Path:
 
 def _serve() -> None:
     import importlib
+    import tempfile
 
     for name in PRELOAD:
         importlib.import_module(name)
@@ -182,12 +215,15 @@ def _serve() -> None:
     base_path = [p for p in sys.path[1:] if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
     threads = _default_threads()
     exits: dict[int, str] = {}
+    ranks = _Ranks(Path(tempfile.mkdtemp(prefix="phalanx-warm-")))
     requests = sys.stdin.buffer
     replies = sys.stdout.buffer
+    replies.write(json.dumps({"ranks": str(ranks.folder)}).encode() + b"\n")
+    replies.flush()
     pending = b""
     while True:
-        ready, _, _ = select.select([requests], [], [], 0.01)
-        if ready:
+        ready, _, _ = select.select([requests, *ranks.watched()], [], [], 0.01)
+        if requests in ready:
             chunk = os.read(requests.fileno(), 65536)
             if not chunk:
                 break
@@ -195,24 +231,134 @@ def _serve() -> None:
             while b"\n" in pending:
                 line, pending = pending.split(b"\n", 1)
                 request = json.loads(line)
+                env = request["env"]
+                if env.get(RANKS_VARIABLE) != "0":  # the job's re-run ranks are forked here too
+                    env[RANKS_VARIABLE] = str(ranks.socket_path)
                 pid = os.fork()
                 if pid == 0:
+                    ranks.close_in_child()
                     _become(request, base_path, threads)  # never returns
                 exits[pid] = request["exit"]
                 replies.write(json.dumps({"pid": pid}).encode() + b"\n")
                 replies.flush()
-        _reap(exits)
+        ranks.serve([r for r in ready if r is not requests], base_path, threads)
+        _reap(exits, ranks)
     # stdin closed: the test process is gone; its jobs finish on their own, reaped by init.
+    ranks.close_in_child()
 
 
-def _reap(exits: dict[int, str]) -> None:
-    while exits:
+class _Ranks:
+    """The parent's side of :mod:`phalanx.launchers._warm_ranks`: fork re-run ranks on request.
+
+    Each rank is listed as ``ranks/MARKER@PID`` while it lives (:func:`warm_rank_pids`), and is
+    SIGKILLed when the launcher that asked for it dies, as the parent-death signal the popen
+    launcher gives its children would.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        import socket
+
+        self.folder = folder
+        (folder / "ranks").mkdir()
+        self.socket_path = folder / "socket"
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(self.socket_path))
+        self.listener.listen(64)
+        self.live: dict[int, tuple[Any, int | None, Path]] = {}  # pid -> (connection, launcher pidfd, listing)
+        self._pidfds: dict[int, int] = {}  # launcher pidfd -> rank pid
+
+    def watched(self) -> list[Any]:
+        return [self.listener, *self._pidfds]
+
+    def serve(self, ready: list[Any], base_path: list[str], threads: int) -> None:
+        for item in ready:
+            if item is self.listener:
+                self._fork_one(base_path, threads)
+            elif item in self._pidfds:  # the launcher died: its rank goes too
+                rank = self._pidfds.pop(item)
+                os.close(item)
+                connection, _, listing = self.live[rank]
+                self.live[rank] = (connection, None, listing)
+                try:
+                    os.kill(rank, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    def _fork_one(self, base_path: list[str], threads: int) -> None:
+        import socket
+
+        connection, _ = self.listener.accept()
+        message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
+        while not message.endswith(b"\n"):
+            chunk = connection.recv(1 << 20)
+            if not chunk:
+                break
+            message += chunk
+        request = json.loads(message)
+        command, env = request["argv"], request["env"]
+        why = "" if can_start_warm(command, env) else "cannot be made equivalent here"
+        pidfd = None
+        if not why:
+            try:
+                pidfd = os.pidfd_open(int(request["watch"]))
+            except (OSError, AttributeError):
+                why = "the launcher is gone"
+        if why:
+            connection.sendall(json.dumps({"cold": why}).encode() + b"\n")
+            connection.close()
+            for fd in fds:
+                os.close(fd)
+            return
+        assert pidfd is not None
+        rank_request = {**request, "argv": command[1:]}
+        pid = os.fork()
+        if pid == 0:
+            self.close_in_child()
+            connection.close()
+            os.close(pidfd)
+            _become(rank_request, base_path, threads, fds=fds)  # never returns
+        for fd in fds:
+            os.close(fd)
+        listing = self.folder / "ranks" / f"{env.get('PHALANX_TEST_JOB', 'unmarked')}@{pid}"
+        listing.touch()
+        self.live[pid] = (connection, pidfd, listing)
+        self._pidfds[pidfd] = pid
+        connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+
+    def ended(self, pid: int, code: int) -> None:
+        connection, pidfd, listing = self.live.pop(pid)
+        listing.unlink(missing_ok=True)
+        if pidfd is not None:
+            self._pidfds.pop(pidfd, None)
+            os.close(pidfd)
+        try:
+            connection.sendall(json.dumps({"exit": code}).encode() + b"\n")
+        except OSError:  # the launcher is gone
+            pass
+        connection.close()
+
+    def close_in_child(self) -> None:
+        """Drop the parent's sockets and pidfds (in a forked job or rank, or when the parent ends)."""
+        self.listener.close()
+        for connection, pidfd, _ in self.live.values():
+            connection.close()
+            if pidfd is not None:
+                os.close(pidfd)
+        self.live.clear()
+        self._pidfds.clear()
+
+
+def _reap(exits: dict[int, str], ranks: _Ranks) -> None:
+    while exits or ranks.live:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
+        if pid in ranks.live:
+            ranks.ended(pid, os.waitstatus_to_exitcode(status))
+            continue
         path = exits.pop(pid, None)
         if path is not None:
             tmp = f"{path}.tmp"
@@ -237,7 +383,7 @@ def _default_threads() -> int:
     return torch.get_num_threads()
 
 
-def _become(request: dict, base_path: list[str], threads: int) -> None:
+def _become(request: dict, base_path: list[str], threads: int, *, fds: Sequence[int] = ()) -> None:
     """In the forked child: turn into the requested job, run it, and end as the interpreter ends a
     script: whatever the job raises (SystemExit, an error) unwinds out of the parent's loop, where
     nothing catches it, and the interpreter reports it, joins the threads, runs atexit and
@@ -247,7 +393,10 @@ def _become(request: dict, base_path: list[str], threads: int) -> None:
         for signum in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP):  # SIGPIPE stays ignored, as Python has it
             signal.signal(signum, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        _redirect(request["stdout"], request["stderr"])
+        if fds:  # a rank: the launcher's own stdin, stdout and stderr
+            _adopt(fds)
+        else:
+            _redirect(request["stdout"], request["stderr"])
         env: dict[str, str] = request["env"]
         os.environ.clear()
         os.environ.update(env)
@@ -285,14 +434,28 @@ def _startup_options(env: dict[str, str]) -> None:
 
 
 def _redirect(stdout: str, stderr: str) -> None:
-    import io
-
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     for fd, path in ((1, stdout), (2, stderr)):
         target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         os.dup2(target, fd)
         os.close(target)
+    _standard_streams()
+
+
+def _adopt(fds: Sequence[int]) -> None:
+    """Make the passed descriptors this process's fds 0, 1 and 2."""
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    for fd in fds:
+        if fd > 2:
+            os.close(fd)
+    _standard_streams()
+
+
+def _standard_streams() -> None:
+    import io
+
     unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True, write_through=unbuffered)
