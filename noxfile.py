@@ -208,7 +208,9 @@ def environments(session: nox.Session) -> None:
     """Start making the xla, ray, lightning, lint and docs environments in the background (first in the default run).
 
     They are ready, or nearly, by the time their sessions come: the minutes of installing
-    torch-xla's torch, Lightning and the linters overlap the tests instead of adding to them.
+    torch-xla's torch, Lightning and the linters overlap the tests instead of adding to them, at
+    the lowest CPU priority, so they take only the time the tests leave idle. The lint and docs
+    checks follow there too; their sessions show the results.
     """
     prepare(session, torch=False)
     started = ["xla"]  # torch-xla brings its own torch: start it before the shared torch is there
@@ -219,6 +221,10 @@ def environments(session: nox.Session) -> None:
             environment.start(environment.commands())
     for environment in ENVIRONMENTS.values():
         session.log(f"making {environment.path.name} in the background (log: {environment.log})")
+    # The lint and docs sessions' checks need nothing the tests make: they run once their
+    # environments are made, also at the lowest priority, and those sessions report them.
+    ENVIRONMENTS["lint"].start_checks(_lint_commands())
+    ENVIRONMENTS["docs"].start_checks(_docs_command(["--clean"]), env=DOCS_ENV)
 
 
 @_session(name="tests-core", venv_backend="none")
@@ -316,15 +322,36 @@ LIGHTNING_SUITE_MIN = 90
 LIGHTNING_SUITE_CASES = 3
 
 
+def _lint_commands() -> list[list[str]]:
+    env = ENVIRONMENTS["lint"]
+    return [
+        [str(env.path / "bin" / "ruff"), "check", "core", "packages", "tests", "tools", "examples", "benchmarks",
+         "noxfile.py"],
+        [env.python, "tools/check_layering.py"],
+        [str(env.path / "bin" / "mypy"), "core/src/phalanx"],
+    ]  # fmt: skip
+
+
+def _docs_command(args: list[str]) -> list[list[str]]:
+    return [[str(ENVIRONMENTS["docs"].path / "bin" / "mkdocs"), "build", "--strict", *args]]
+
+
+DOCS_ENV = {"NO_MKDOCS_2_WARNING": "1"}
+
+
 @_session(venv_backend="none")
 def lint(session: nox.Session) -> None:
-    """ruff, mypy on the core, and the layering rule (core imports no plugin; _plugin.py no torch)."""
-    prepare(session)
+    """ruff, mypy on the core, and the layering rule (core imports no plugin; _plugin.py no torch).
+
+    In the default run they ran in the background (see ``environments``): this shows their output."""
     env = ENVIRONMENTS["lint"]
+    if env.checks_started:
+        env.show_checks(session)
+        return
+    prepare(session)
     env.ready(session)
-    env.run(session, "ruff", "check", "core", "packages", "tests", "tools", "examples", "benchmarks", "noxfile.py")
-    env.run(session, "python", "tools/check_layering.py")
-    env.run(session, "mypy", "core/src/phalanx")
+    for command in _lint_commands():
+        session.run(*command, external=True)
 
 
 @_session(venv_backend="none")
@@ -332,11 +359,16 @@ def docs(session: nox.Session) -> None:
     """Build the documentation site into site/ in strict mode: a broken link or reference fails.
 
     The snippets of docs/ and README.md run in the integration session (tests/docs), where every
-    plugin they use is installed; `nox -s docs -- --dirty` keeps the previous site/ contents.
+    plugin they use is installed; `nox -s docs -- --dirty` keeps the previous site/ contents. In
+    the default run the build ran in the background (see ``environments``): this shows its output.
     """
     env = ENVIRONMENTS["docs"]
+    if env.checks_started and not session.posargs:
+        env.show_checks(session)
+        return
     env.ready(session)
-    env.run(session, "mkdocs", "build", "--strict", *(session.posargs or ["--clean"]), env={"NO_MKDOCS_2_WARNING": "1"})
+    for command in _docs_command(session.posargs or ["--clean"]):
+        session.run(*command, external=True, env=DOCS_ENV)
 
 
 @nox.session
@@ -374,13 +406,15 @@ def bench(session: nox.Session) -> None:
 @nox.session(name="test-times", venv_backend="none")
 def test_times(session: nox.Session) -> None:
     """Run the default sessions, then write docs/test-times.md: each session's time and the slowest
-    tests, and tools/test-durations/ (every test's seconds, for the scheduler) (not default)."""
+    tests, tools/test-durations/ (every test's seconds, for the scheduler) and tools/constraints/
+    (each environment's versions, pip constraints for the next runs) (not default)."""
     SESSION_TIMES.unlink(missing_ok=True)
     shutil.rmtree(JUNIT_DIR, ignore_errors=True)
     session.run(
         sys.executable, "-m", "nox", "--noxfile", str(ROOT / "noxfile.py"), external=True, env={RECORD_DURATIONS: "1"}
     )
     session.run(sys.executable, str(ROOT / "tools" / "test_times.py"), external=True)
+    session.run(sys.executable, str(ROOT / "tools" / "freeze_environments.py"), external=True)
 
 
 #: The oldest torch the compat session checks every kit against (beside TORCH, the newest). The
