@@ -97,6 +97,10 @@ WORKERS = 2
 #: Sessions whose tests mostly wait (torchft's quorums and heals keep about 1.2 cores busy with two
 #: workers): a third test at a time fills the idle core.
 MORE_WORKERS = {"tests-strategy-torchft": 3}
+#: Sessions with tests marked ``waits`` (a hang waited out asleep): one worker more than WORKERS, and
+#: at most WORKERS tests at once that are not so marked (``--phalanx-cpu-slots``), so a third test
+#: runs while one of them waits and two that work never share the machine with a third.
+CPU_SLOTS = {"integration"}
 #: Per session, each test's seconds in the last ``nox -s test-times`` run (written there through
 #: RECORD_DURATIONS): the scheduler starts the longest units of work first.
 DURATIONS_DIR = ROOT / "tools" / "test-durations"
@@ -112,6 +116,8 @@ def _pytest_command(
     junit = f"--junitxml={JUNIT_DIR / (name + '.xml')}"
     durations = f"--phalanx-durations={DURATIONS_DIR / (name + '.json')}"
     xdist = ["-n", str(workers), *XDIST, durations] if workers else []
+    if workers and name in CPU_SLOTS:
+        xdist = ["-n", str(workers + 1), *XDIST, durations, "--phalanx-cpu-slots", str(workers)]
     if workers and os.environ.get(RECORD_DURATIONS) == "1":
         xdist.append("--phalanx-record-durations")
     return [python, "-m", "pytest", *paths, "-ra", "--durations=25", junit, *xdist, *session.posargs]

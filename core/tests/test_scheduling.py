@@ -43,11 +43,11 @@ def work(seconds):
 """
 
 
-def _run_xdist(tmp_path: Path, *options: str, **env: str) -> subprocess.CompletedProcess[str]:
+def _run_xdist(tmp_path: Path, *options: str, workers: int = 2, **env: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "inside").mkdir(exist_ok=True)
     (tmp_path / "ran").mkdir(exist_ok=True)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", str(workers), "--dist", "loadgroup",
          "-p", "phalanx.testing.scheduling", *options, str(tmp_path / "suite")],
         capture_output=True, text=True, cwd=tmp_path, timeout=300,
         env={**os.environ, "PYTHONPATH": str(tmp_path / "suite"), "INSIDE": str(tmp_path / "inside"), **env},
@@ -82,6 +82,41 @@ def test_a_timed_test_runs_alone_while_the_others_run_two_at_a_time(tmp_path: Pa
     assert "21 passed" in result.stdout, result.stdout
     workers = {path.read_text() for path in (tmp_path / "ran").iterdir()}
     assert workers == {"gw0", "gw1"}, "the untimed tests did not spread over both workers"
+
+
+def test_cpu_slots_let_a_waiting_test_run_beside_two_working_ones_and_never_three_working(tmp_path: Path) -> None:
+    """Three workers, ``--phalanx-cpu-slots 2``: the test marked ``waits`` waits for two working
+    tests to be inside at once beside it (a deadline, not a sleep), and no working test ever sees
+    two others working. The same suite without the option fails there: three work at once."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "conftest.py").write_text(CONFTEST)
+    (suite / "test_a_waits.py").write_text(
+        "import time\nimport pytest\nfrom conftest import others\n\n"
+        "@pytest.mark.waits\n"
+        "def test_waits(inside):\n"
+        "    deadline = time.monotonic() + 60\n"
+        "    while len([o for o in others(inside) if o.startswith('test_work')]) < 2:\n"
+        "        assert time.monotonic() < deadline, 'two working tests never ran beside this one'\n"
+        "        time.sleep(0.01)\n"
+    )
+    for index in range(4):
+        (suite / f"test_work_{index}.py").write_text(
+            "from conftest import others, work\n\n"
+            + "".join(
+                f"def test_work_{index}_{case}(inside):\n"
+                f"    for _ in range(6):\n"
+                f"        working = [o for o in others(inside) if o.startswith('test_work')]\n"
+                f"        assert len(working) <= 1, f'working beside {{working}}'\n"
+                f"        work(0.05)\n\n"
+                for case in range(4)
+            )
+        )
+    result = _run_xdist(tmp_path, "--phalanx-cpu-slots", "2", workers=3)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "17 passed" in result.stdout, result.stdout
+    unlimited = _run_xdist(tmp_path, workers=3)
+    assert unlimited.returncode != 0 and "working beside" in unlimited.stdout, unlimited.stdout
 
 
 def test_a_module_with_a_shared_fixture_and_the_users_of_a_job_running_session_fixture_each_run_on_one_worker(

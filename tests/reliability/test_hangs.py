@@ -9,8 +9,10 @@ then SIGTERM to the launcher must end every process within 30 s with exit code 1
 rank-0-only ``all_gather`` the other rank never joins, stuck in the callback) also passes
 ``hang_report_after=10`` and holds the report to 35 s of the hang: well under the default 50 s, so
 a setting that is not honoured fails, with the margin a loaded machine needs (no test here is marked
-``timing``: each waits asleep for most of its run, and the other xdist worker keeps working); the
-others wait on events with generous limits. SIGTERM during a hang is tested under ddp_spawn and torchrun too.
+``timing``: each waits asleep for most of its run, and the other xdist worker keeps working; the
+hang tests are marked ``waits``, so under the integration session's CPU slots a third test runs
+beside two working ones while they wait); the others wait on events with generous limits. SIGTERM
+during a hang is tested under ddp_spawn and torchrun too.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ def _wait_until(condition: object, job: Job, timeout: float, what: str) -> float
     return time.monotonic()
 
 
+@pytest.mark.waits  # the hang is waited out asleep (see the module's docstring)
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(
     ("strategy", "rank0_line", "report_after"),
@@ -105,6 +108,7 @@ def test_rank0_only_collective_is_reported_within_a_minute_and_sigterm_ends_the_
             handle.write(json.dumps(row) + "\n")
 
 
+@pytest.mark.waits  # the hang is waited out asleep (see the module's docstring)
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("launcher", ["ddp_spawn", "torchrun"])
 def test_sigterm_during_a_hang_ends_the_job_under_every_launcher(tmp_path: Path, launcher: str) -> None:
@@ -123,6 +127,7 @@ def test_sigterm_during_a_hang_ends_the_job_under_every_launcher(tmp_path: Path,
     assert code == 143 if launcher == "ddp_spawn" else code != 0, (code, job.output()[-4000:])
 
 
+@pytest.mark.waits  # the hang is waited out asleep (see the module's docstring)
 @pytest.mark.timeout(240)
 def test_a_desync_that_returned_is_named_within_a_minute_and_sigterm_ends_the_job(tmp_path: Path) -> None:
     """fsdp with the Trainer's defaults (the report after 10 s instead of 50 s: the wait is the

@@ -36,6 +36,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "timing: the test holds a wall-clock bound (under xdist, phalanx.testing.scheduling runs it alone)"
     )
+    config.addinivalue_line(
+        "markers", "waits: the test is asleep for most of its run (it takes none of --phalanx-cpu-slots)"
+    )
     path = config.getoption("phalanx_report", None)
     if path:
         config.pluginmanager.register(ReportHooks(Path(path).resolve()), "phalanx-report")

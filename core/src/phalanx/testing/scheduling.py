@@ -21,7 +21,12 @@ it must see the machine it would see alone. Under ``pytest -n 2`` this plugin
 - runs the timed tests as one block: they form one unit, handed out first, and a worker keeps the
   exclusive lock from one timed test to the next. Timed tests spread over the run made the other
   worker wait, each time, for whatever long test it had just begun to end (measured on the core's
-  tests: a worker idle 126 s of 276 s); one block pays that wait once.
+  tests: a worker idle 126 s of 276 s); one block pays that wait once;
+- with ``--phalanx-cpu-slots N``, lets at most N tests run at once unless they are marked
+  ``@pytest.mark.waits`` (a test asleep for most of its run: a hang waited out until its report,
+  a restart's delay): each other test holds one of N slots. Run with one worker more than slots,
+  a third test runs beside two while one of them only waits, and two tests that work never
+  share the machine with more than each other.
 
 Use it as::
 
@@ -50,6 +55,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,10 +67,14 @@ try:
 except ImportError:  # not POSIX: no machine lock (tests then run as xdist schedules them)
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["SHARED_LOCK", "STARTS_PROCESSES", "ScopeScheduling", "TIMING", "UNKNOWN_SECONDS", "starts_processes"]
+__all__ = ["SHARED_LOCK", "STARTS_PROCESSES", "ScopeScheduling", "TIMING", "UNKNOWN_SECONDS", "WAITS", "starts_processes"]
 
 #: The marker of a test that holds a wall-clock bound: it runs with the machine to itself.
 TIMING = "timing"
+#: The marker of a test asleep for most of its run: it takes none of ``--phalanx-cpu-slots``.
+WAITS = "waits"
+#: How often a test waiting for a CPU slot looks for a free one (one test at a time looks).
+SLOT_POLL_SECONDS = 0.05
 #: A folder for the machine lock shared by several pytest runs at once (two sessions' tests side by
 #: side): a timed test of either then waits for the other's tests too. Unset: each run has its own.
 #: The controlling pytest takes it out of its environment, so its tests' processes do not inherit it.
@@ -107,6 +117,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--phalanx-record-durations", action="store_true", default=False,
         help="write this run's per-test seconds (setup + call + teardown) to the --phalanx-durations file",
+    )  # fmt: skip
+    group.addoption(
+        "--phalanx-cpu-slots", metavar="N", type=int, default=0,
+        help=f"at most N tests at once that are not marked {WAITS} (give xdist more workers than N)",
     )  # fmt: skip
 
 
@@ -173,6 +187,7 @@ def pytest_configure_node(node: Any) -> None:
     if folder is not None:
         node.workerinput["phalanx_folder"] = str(folder)
         node.workerinput["phalanx_lock"] = str(node.config.stash.get(_LOCK_FOLDER, folder))
+        node.workerinput["phalanx_cpu_slots"] = node.config.getoption("phalanx_cpu_slots", 0)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -253,17 +268,22 @@ _held: list[contextlib.ExitStack] = []
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """Run the test holding the machine: exclusively if marked TIMING, shared otherwise (xdist only).
+    """Run the test holding the machine: exclusively if marked TIMING, shared otherwise (xdist only),
+    and, under ``--phalanx-cpu-slots``, one CPU slot unless it is marked WAITS.
 
     A timed test whose next test on this worker is timed too keeps the exclusive lock for it.
     """
-    folder = getattr(item.config, "workerinput", {}).get("phalanx_lock")
+    workerinput = getattr(item.config, "workerinput", {})
+    folder = workerinput.get("phalanx_lock")
     if not folder or fcntl is None:
         return (yield)
     timed = _timed(item)
     if not _held:
         stack = contextlib.ExitStack()
         stack.enter_context(_machine(Path(folder), exclusive=timed))
+        slots = workerinput.get("phalanx_cpu_slots", 0)
+        if slots and not timed and item.get_closest_marker(WAITS) is None:
+            stack.enter_context(_cpu_slot(Path(workerinput["phalanx_folder"]), slots))
         _held.append(stack)
     try:
         return (yield)
@@ -294,6 +314,40 @@ def _machine(folder: Path, *, exclusive: bool) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(machine, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _cpu_slot(folder: Path, slots: int) -> Iterator[None]:
+    """Hold one of ``slots`` CPU slots (flock'ed files in this run's ``folder``) while the block runs.
+
+    Waiting tests queue on one lock; the first in the queue looks for a free slot every
+    SLOT_POLL_SECONDS (flock cannot wait for any one of several files). A worker that dies
+    releases its slot with its files.
+    """
+    assert fcntl is not None
+    held = None
+    with open(folder / "slot-queue", "a") as queue:
+        fcntl.flock(queue, fcntl.LOCK_EX)
+        try:
+            while held is None:
+                for index in range(slots):
+                    handle = open(folder / f"slot-{index}", "a")  # noqa: SIM115 (kept open while held)
+                    try:
+                        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        handle.close()
+                        continue
+                    held = handle
+                    break
+                else:
+                    time.sleep(SLOT_POLL_SECONDS)
+        finally:
+            fcntl.flock(queue, fcntl.LOCK_UN)
+    try:
+        yield
+    finally:
+        fcntl.flock(held, fcntl.LOCK_UN)
+        held.close()
 
 
 def _unit(item: pytest.Item) -> str:
