@@ -227,10 +227,13 @@ def environments(session: nox.Session) -> None:
             environment.start(environment.commands())
     for environment in ENVIRONMENTS.values():
         session.log(f"making {environment.path.name} in the background (log: {environment.log})")
-    # The lint and docs sessions' checks need nothing the tests make: they run once their
-    # environments are made, also at the lowest priority, and those sessions report them.
+    # The lint, docs and Lightning-gate checks need nothing the tests make: they run once their
+    # environments are made, also at a low priority, and their sessions report them.
     ENVIRONMENTS["lint"].start_checks(_lint_commands())
     ENVIRONMENTS["docs"].start_checks(_docs_command(["--clean"]), env=DOCS_ENV)
+    # Lightning's tests on phalanx (a minute of both cores) take the time the sessions in between
+    # leave idle; the lightning session runs its own scripts under Lightning, then shows these.
+    ENVIRONMENTS["lightning"].start_checks(_lightning_checks(), nice=GATE_NICE)
 
 
 @_session(name="tests-core", venv_backend="none")
@@ -300,6 +303,10 @@ def lightning(session: nox.Session) -> None:
        harness with Lightning's tests lives outside this repository (PHALANX_LIGHTNING_SUITE, or
        ../shared/lightning-suite beside the checkout); where it is absent this step says so and is
        not run.
+
+    In the default run steps 2 and 3 run in the background once the lightning environment is made
+    (at nice GATE_NICE: they take the time the sessions in between leave idle), and this session
+    shows their output after step 1.
     """
     prepare(session)
     env = ENVIRONMENTS["lightning"]
@@ -311,9 +318,27 @@ def lightning(session: nox.Session) -> None:
         python=env.python,
         workers=True,
     )
-    env.run(session, "python", "tools/lightning_surface.py")
-    env.run(session, "python", "tools/lightning_suite.py", "gate", "--if-found", "--min", str(LIGHTNING_SUITE_MIN),
-                "--cases-per-test", str(LIGHTNING_SUITE_CASES))  # fmt: skip
+    if env.checks_started:  # steps 2 and 3 ran in the background (see `environments`)
+        env.show_checks(session)
+        return
+    for command in _lightning_checks():
+        session.run(*command, external=True)
+
+
+def _lightning_checks() -> list[list[str]]:
+    """Steps 2 and 3 of the lightning session: the surface, Lightning's tests on phalanx (the gate)."""
+    python = ENVIRONMENTS["lightning"].python
+    return [
+        [python, "tools/lightning_surface.py"],
+        [python, "tools/lightning_suite.py", "gate", "--if-found", "--min", str(LIGHTNING_SUITE_MIN),
+         "--cases-per-test", str(LIGHTNING_SUITE_CASES)],
+    ]  # fmt: skip
+
+
+#: The priority (nice value) of the gate's run in the background of the default run: not the lowest,
+#: where a fully busy machine (a loaded one) could stall a Lightning test past its 120 s timeout,
+#: but low enough to take about a tenth of a core from a busy session's tests.
+GATE_NICE = 10
 
 
 #: The share (percent) of Lightning's passing public-API tests that must pass on phalanx for the

@@ -8,6 +8,7 @@ the xla, ray, lightning, lint and docs venvs, made on a background thread while 
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -65,6 +66,10 @@ def unconstrained(command: list[str]) -> list[str] | None:
 
 
 STALE = "the install failed with {path}: running it without the file (refresh it: `nox -s test-times`)"
+
+#: The nice value of what runs in the background: the lowest priority (Lightning's tests run at
+#: GATE_NICE in the lightning session's checks, see noxfile.py).
+LOWEST = 19
 
 #: The documentation toolchain; the API reference is read from the sources (griffe), so no torch;
 #: ruff is mkdocstrings' signature formatter (without it signatures print as one long line).
@@ -241,6 +246,8 @@ class Environment:
         self._future: Future[None] | None = None
         self.checks_log = ROOT / ".nox" / f"{name}-checks.log"
         self._checks: Future[int] | None = None
+        #: The check running in the background now (at most one).
+        self._running: set[subprocess.Popen[bytes]] = set()
 
     def commands(self) -> list[list[str]]:
         """The commands that make it: a fresh venv, then ``steps`` (pip installs with its python)."""
@@ -266,15 +273,16 @@ class Environment:
                     if _background(retry, log) != 0:
                         raise subprocess.CalledProcessError(1, retry)
 
-    def start_checks(self, commands: list[list[str]], env: dict[str, str] | None = None) -> None:
-        """Run ``commands`` (this environment's session's checks: lint, the docs build) on the
-        background thread once the environments are made; ``show_checks`` reports them."""
-        self._checks = _BACKGROUND.submit(self._run_checks, commands, env or {})
+    def start_checks(self, commands: list[list[str]], env: dict[str, str] | None = None, nice: int = LOWEST) -> None:
+        """Run ``commands`` (this environment's session's checks: lint, the docs build, Lightning's
+        tests) on the background thread once the environments are made, at priority ``nice``;
+        ``show_checks`` reports them."""
+        self._checks = _BACKGROUND.submit(self._run_checks, commands, env or {}, nice)
 
-    def _run_checks(self, commands: list[list[str]], env: dict[str, str]) -> int:
+    def _run_checks(self, commands: list[list[str]], env: dict[str, str], nice: int) -> int:
         with self.checks_log.open("w") as log:
             for command in commands:
-                code = _background(command, log, env)
+                code = _background(command, log, env, nice=nice, running=self._running)
                 if code != 0:
                     log.write(f"exit code {code}\n")
                     return code
@@ -285,9 +293,12 @@ class Environment:
         return self._checks is not None
 
     def show_checks(self, session: nox.Session) -> None:
-        """Wait for the checks begun in the background, print their output, fail if one failed."""
+        """Wait for the checks begun in the background (from now at the normal priority: nothing is
+        left to make room for), print their output, fail if one failed."""
         assert self._checks is not None
         session.log(f"waiting for {session.name}'s checks, run in the background (log: {self.checks_log})")
+        for process in list(self._running):
+            _normal_priority(process.pid)
         code = self._checks.result()
         print(self.checks_log.read_text(errors="replace"), flush=True)
         if code != 0:
@@ -322,33 +333,63 @@ class Environment:
 _BACKGROUND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="environments")
 
 
-def _lowest_priority() -> None:  # pragma: no cover (runs in the child, before exec)
-    """Make the child (and what it starts) take the CPU only when the tests leave it idle.
+def _low_priority(nice: int) -> None:  # pragma: no cover (runs in the child, before exec)
+    """Make the child (and what it starts) take the CPU at priority ``nice``: at LOWEST only when
+    the tests leave a core idle.
 
     A session of its own, so that with autogrouping on (Linux groups a session's processes and
-    shares the CPU between groups, whatever their nice values) its group can be given the lowest
-    priority; nice 19 for kernels without autogrouping. A test job is a session of its own too.
+    shares the CPU between groups, whatever their nice values) its group can be given the
+    priority; the same nice value for kernels without autogrouping. A test job is a session of its
+    own too, so what the background starts must not start test jobs (they would escape the priority).
     """
     os.setsid()
     try:
         with open("/proc/self/autogroup", "w") as autogroup:
-            autogroup.write("19")
+            autogroup.write(str(nice))
     except OSError:  # no autogrouping
         pass
-    os.nice(19)
+    os.nice(nice)
 
 
-def _background(command: list[str], log: TextIO, env: dict[str, str] | None = None) -> int:
-    """Run ``command`` in the background at the lowest CPU priority, its output in ``log``; its exit code.
+def _normal_priority(pid: int) -> None:
+    """Give the background session of ``pid`` (begun by _low_priority) the normal priority back."""
+    try:
+        with open(f"/proc/{pid}/autogroup", "w") as autogroup:
+            autogroup.write("0")
+    except OSError:  # it ended, or no autogrouping
+        pass
+    try:
+        os.setpriority(os.PRIO_PGRP, pid, 0)  # its process group: the session _low_priority began
+    except OSError:  # it ended, or raising a priority needs a privilege here
+        pass
+
+
+def _background(
+    command: list[str],
+    log: TextIO,
+    env: dict[str, str] | None = None,
+    *,
+    nice: int = LOWEST,
+    running: set[subprocess.Popen[bytes]] | None = None,
+) -> int:
+    """Run ``command`` in the background at priority ``nice``, its output in ``log``; its exit code.
 
     The environments and checks made here are needed minutes later, while the tests need the CPU
     now: at the lowest priority they fill the moments the tests leave a core idle (a timed test
     running alone, a session starting, a job waiting on a collective) instead of slowing the tests.
+    ``running`` holds the process while it runs (for ``_normal_priority``).
     """
     log.write(f"$ {' '.join(command)}\n")
     log.flush()
-    return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, **(env or {})},
-                          preexec_fn=_lowest_priority).returncode  # fmt: skip
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                               env={**os.environ, **(env or {})}, preexec_fn=functools.partial(_low_priority, nice))  # fmt: skip
+    if running is not None:
+        running.add(process)
+    try:
+        return process.wait()
+    finally:
+        if running is not None:
+            running.discard(process)
 
 
 def _xla_steps(python: str) -> list[list[str]]:
