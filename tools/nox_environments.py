@@ -248,6 +248,8 @@ class Environment:
         self._checks: Future[int] | None = None
         #: The check running in the background now (at most one).
         self._running: set[subprocess.Popen[bytes]] = set()
+        #: Set when the session waits for the checks: those not begun yet run at the normal priority.
+        self._waited_for = False
 
     def commands(self) -> list[list[str]]:
         """The commands that make it: a fresh venv, then ``steps`` (pip installs with its python)."""
@@ -282,7 +284,7 @@ class Environment:
     def _run_checks(self, commands: list[list[str]], env: dict[str, str], nice: int) -> int:
         with self.checks_log.open("w") as log:
             for command in commands:
-                code = _background(command, log, env, nice=nice, running=self._running)
+                code = _background(command, log, env, nice=0 if self._waited_for else nice, running=self._running)
                 if code != 0:
                     log.write(f"exit code {code}\n")
                     return code
@@ -297,6 +299,7 @@ class Environment:
         left to make room for), print their output, fail if one failed."""
         assert self._checks is not None
         session.log(f"waiting for {session.name}'s checks, run in the background (log: {self.checks_log})")
+        self._waited_for = True
         for process in list(self._running):
             _normal_priority(process.pid)
         code = self._checks.result()
