@@ -43,14 +43,16 @@ def work(seconds):
 """
 
 
-def _run_xdist(tmp_path: Path, *options: str, workers: int = 2, **env: str) -> subprocess.CompletedProcess[str]:
+def _run_xdist(
+    tmp_path: Path, *options: str, workers: int = 2, suite: str = "suite", **env: str
+) -> subprocess.CompletedProcess[str]:
     (tmp_path / "inside").mkdir(exist_ok=True)
     (tmp_path / "ran").mkdir(exist_ok=True)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", str(workers), "--dist", "loadgroup",
-         "-p", "phalanx.testing.scheduling", *options, str(tmp_path / "suite")],
+         "-p", "phalanx.testing.scheduling", *options, str(tmp_path / suite)],
         capture_output=True, text=True, cwd=tmp_path, timeout=300,
-        env={**os.environ, "PYTHONPATH": str(tmp_path / "suite"), "INSIDE": str(tmp_path / "inside"), **env},
+        env={**os.environ, "PYTHONPATH": str(tmp_path / suite), "INSIDE": str(tmp_path / "inside"), **env},
     )  # fmt: skip
 
 
@@ -87,7 +89,8 @@ def test_a_timed_test_runs_alone_while_the_others_run_two_at_a_time(tmp_path: Pa
 def test_cpu_slots_let_a_waiting_test_run_beside_two_working_ones_and_never_three_working(tmp_path: Path) -> None:
     """Three workers, ``--phalanx-cpu-slots 2``: the test marked ``waits`` waits for two working
     tests to be inside at once beside it (a deadline, not a sleep), and no working test ever sees
-    two others working. The same suite without the option fails there: three work at once."""
+    two others working. Without the option three work at once: there each test of a second suite
+    waits for two others inside (or for one that saw them), which passes only if three ran together."""
     suite = tmp_path / "suite"
     suite.mkdir()
     (suite / "conftest.py").write_text(CONFTEST)
@@ -115,8 +118,27 @@ def test_cpu_slots_let_a_waiting_test_run_beside_two_working_ones_and_never_thre
     result = _run_xdist(tmp_path, "--phalanx-cpu-slots", "2", workers=3)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "17 passed" in result.stdout, result.stdout
-    unlimited = _run_xdist(tmp_path, workers=3)
-    assert unlimited.returncode != 0 and "working beside" in unlimited.stdout, unlimited.stdout
+    together = tmp_path / "together"
+    together.mkdir()
+    (together / "conftest.py").write_text(CONFTEST)
+    (together / "test_three.py").write_text(
+        "import time\nfrom conftest import INSIDE, others\n\n"
+        + "".join(
+            f"def test_three_{case}(inside):\n"
+            f"    seen = INSIDE.parent / 'three'\n"
+            f"    deadline = time.monotonic() + 60\n"
+            f"    while not seen.exists():\n"
+            f"        if len(others(inside)) >= 2:\n"
+            f"            seen.touch()\n"
+            f"        assert time.monotonic() < deadline, 'three tests never ran at once'\n"
+            f"        time.sleep(0.01)\n\n"
+            for case in range(6)
+        )
+    )
+    for leftover in (tmp_path / "inside").iterdir():
+        leftover.unlink()
+    unlimited = _run_xdist(tmp_path, workers=3, suite="together")
+    assert unlimited.returncode == 0 and "6 passed" in unlimited.stdout, unlimited.stdout + unlimited.stderr
 
 
 def test_a_module_with_a_shared_fixture_and_the_users_of_a_job_running_session_fixture_each_run_on_one_worker(
